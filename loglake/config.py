@@ -1,0 +1,401 @@
+"""One typed configuration, loaded from ``conf/`` and validated at load.
+
+Layout::
+
+    conf/loglake.yaml          profiles (local, cluster): kafka, lake, spark, speed
+    conf/datasets/<name>.yaml  one dataset per file
+
+Every error names the file and the key, says what was expected, and is raised at load:
+nothing downstream re-checks. ``${ENV_VAR}`` in a value is replaced from the
+environment (for secrets); an unset variable is an error, never an empty string.
+Only the selected profile is expanded, so the cluster profile's variables need not be
+set to run locally.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from loglake import paths
+from loglake.errors import ConfigError
+
+FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+LAYERS = ("speed", "batch", "quarantine", "latest")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- datasets -------------------------------------------------------------------------
+
+
+class FieldSpec(_Strict):
+    """One field of a dataset's JSON value: its type and the domain of its values."""
+
+    type: FieldType
+    required: bool = True
+    enum: list[str | int | float | bool] | None = None
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _domain_fits_type(self) -> "FieldSpec":
+        if (self.min is not None or self.max is not None) and self.type not in ("long", "double"):
+            raise ValueError(f"min/max apply to long and double fields, not {self.type}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        if self.pattern is not None:
+            if self.type != "string":
+                raise ValueError(f"pattern applies to string fields, not {self.type}")
+            try:
+                re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"pattern {self.pattern!r} is not a valid regular expression: {e}") from e
+        if self.enum is not None:
+            if not self.enum:
+                raise ValueError("enum must list at least one value")
+            expected = {"string": str, "long": int, "double": (int, float), "boolean": bool, "timestamp": str}
+            bad = [v for v in self.enum if not isinstance(v, expected[self.type]) or (
+                self.type in ("long", "double") and isinstance(v, bool))]
+            if bad:
+                raise ValueError(f"enum values {bad!r} are not of the field's type {self.type}")
+        return self
+
+
+class Tables(_Strict):
+    """Table names of a dataset, ``<layer>.<name>``; the layer picks the directory."""
+
+    speed: str
+    batch: str
+    quarantine: str
+    latest: str | None = None  # changelog datasets: latest state by key
+
+    @field_validator("speed", "batch", "quarantine", "latest")
+    @classmethod
+    def _named(cls, v: str | None) -> str | None:
+        if v is not None and not _TABLE_NAME.match(v):
+            raise ValueError(f"{v!r} is not of the form <speed|batch|quarantine>.<name>")
+        return v
+
+
+class Dataset(_Strict):
+    """A dataset: a topic, its key, the schema of its values, a transform and tables."""
+
+    name: str
+    kind: Literal["events", "changelog"] = "events"
+    topic: str
+    partitions: int = Field(ge=1, le=10_000)
+    key: str
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+    transform: str
+    tables: Tables
+    description: str = ""
+
+    @field_validator("transform")
+    @classmethod
+    def _transform_ref(cls, v: str) -> str:
+        if not _TRANSFORM_REF.match(v):
+            raise ValueError(f"{v!r} is not of the form package.module:function")
+        return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _field_names(cls, v: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        for name in v:
+            if not _IDENT.match(name) or name.startswith("_"):
+                raise ValueError(f"field name {name!r} must be an identifier not starting with '_' "
+                                 "(names starting with '_' are loglake's provenance columns)")
+        return v
+
+    @field_validator("name", "topic")
+    @classmethod
+    def _names(cls, v: str) -> str:
+        if not _IDENT_DOT.match(v):
+            raise ValueError(f"{v!r} must contain only letters, digits, '_', '-' and '.'")
+        return v
+
+    @model_validator(mode="after")
+    def _key_and_tables(self) -> "Dataset":
+        if self.key not in self.schema_:
+            raise ValueError(f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
+        if self.kind == "changelog" and self.tables.latest is None:
+            raise ValueError("a changelog dataset needs tables.latest (the latest state by key)")
+        if self.kind == "events" and self.tables.latest is not None:
+            raise ValueError("tables.latest is for changelog datasets only")
+        return self
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return self.schema_
+
+    @property
+    def consumer_group(self) -> str:
+        """The Kafka consumer group the speed layer commits its position to."""
+        return f"loglake-speed-{self.name}"
+
+    def load_transform(self):
+        """Import the transform function named by ``transform``."""
+        import importlib
+
+        module, _, func = self.transform.partition(":")
+        try:
+            return getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"cannot import transform {self.transform!r}: {e}",
+                              key=f"datasets.{self.name}.transform") from e
+
+
+# --- profiles -------------------------------------------------------------------------
+
+
+class KafkaSettings(_Strict):
+    bootstrap_servers: str = "localhost:9092"
+    embedded: bool = True
+    # Extra librdkafka settings for confluent-kafka clients (security.protocol, sasl.*).
+    client: dict[str, str] = Field(default_factory=dict)
+    # Extra Java client settings for Spark's Kafka source (passed as kafka.<key>).
+    spark: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _hostports(cls, v: str) -> str:
+        for hp in v.split(","):
+            host, sep, port = hp.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"{hp!r} is not host:port (expected a comma-separated list of host:port)")
+        return v
+
+    @property
+    def port(self) -> int:
+        """Port of the first bootstrap server (the embedded broker listens there)."""
+        return int(self.bootstrap_servers.split(",")[0].rpartition(":")[2])
+
+
+class LakeSettings(_Strict):
+    root: str | None = None         # default: <state>/lake; any Hadoop-compatible URI
+    checkpoints: str | None = None  # default: <state>/checkpoints
+
+
+class SparkSettings(_Strict):
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SpeedSettings(_Strict):
+    trigger_interval: str = "5 seconds"
+    max_offsets_per_trigger: int = Field(default=100_000, ge=1)
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not _INTERVAL.match(v):
+            raise ValueError(f"{v!r} is not an interval such as '5 seconds' or '500 milliseconds'")
+        return v
+
+    @property
+    def trigger_seconds(self) -> float:
+        n, unit = _INTERVAL.match(self.trigger_interval).groups()
+        scale = 0.001 if unit.startswith("m") and unit not in ("min", "minute", "minutes") else (
+            60 if unit.startswith("min") else 1)
+        return float(n) * scale
+
+
+class Profile(_Strict):
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    lake: LakeSettings = Field(default_factory=LakeSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    speed: SpeedSettings = Field(default_factory=SpeedSettings)
+
+
+# --- the whole configuration ----------------------------------------------------------
+
+
+class Config:
+    """The loaded configuration: one profile and every dataset, plus derived paths."""
+
+    def __init__(self, profile_name: str, profile: Profile, datasets: dict[str, Dataset],
+                 home: Path, conf_dir: Path):
+        self.profile_name = profile_name
+        self.profile = profile
+        self.datasets = datasets
+        self.home = home
+        self.conf_dir = conf_dir
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.profile.kafka
+
+    @property
+    def lake_root(self) -> str:
+        return self.profile.lake.root or str(self.home / "lake")
+
+    @property
+    def checkpoint_root(self) -> str:
+        return self.profile.lake.checkpoints or str(self.home / "checkpoints")
+
+    def dataset(self, name: str) -> Dataset:
+        try:
+            return self.datasets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.datasets)) or "none"
+            raise ConfigError(f"unknown dataset {name!r}; known datasets: {known}", key="dataset") from None
+
+    def table_path(self, dataset: Dataset | str, layer: str) -> str:
+        """Location of a dataset's table for ``layer`` (speed, batch, quarantine, latest)."""
+        ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
+        if layer not in LAYERS:
+            raise ValueError(f"layer must be one of {LAYERS}, not {layer!r}")
+        name = getattr(ds.tables, layer)
+        if name is None:
+            raise ConfigError(f"dataset {ds.name} has no {layer} table", key=f"datasets.{ds.name}.tables.{layer}")
+        schema, _, table = name.partition(".")
+        return f"{self.lake_root.rstrip('/')}/{schema}/{table}"
+
+    def checkpoint_path(self, dataset: Dataset | str, job: str = "speed") -> str:
+        ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
+        return f"{self.checkpoint_root.rstrip('/')}/{job}/{ds.name}"
+
+    def kafka_client_conf(self, **extra: Any) -> dict[str, Any]:
+        """Settings for a confluent-kafka client: bootstrap, security, then ``extra``."""
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client, **extra}
+
+    def replace(self, *, profile: Profile | None = None, datasets: dict[str, Dataset] | None = None,
+                home: Path | None = None) -> "Config":
+        return Config(self.profile_name, profile or self.profile, datasets or self.datasets,
+                      home or self.home, self.conf_dir)
+
+
+def _expand_env(value: Any, file: str, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand_env(v, file, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"environment variable {name} is not set (referenced as ${{{name}}})",
+                                  file=file, key=key)
+            return os.environ[name]
+        return _ENV_REF.sub(sub, value)
+    return value
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}", file=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping at the top level, found {type(data).__name__}", file=str(path))
+    return data
+
+
+def _raise_validation(e: ValidationError, file: str, prefix: str = "") -> None:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
+    loc = loc.replace("schema_", "schema")
+    key = ".".join(p for p in (prefix, loc) if p)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling against the README's configuration reference)"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    elif err["type"] == "literal_error":
+        msg = f"{msg}, found {err.get('input')!r}"
+    elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
+        msg = f"{msg}, found {err['input']!r}"
+    more = f" (and {len(e.errors()) - 1} more problem(s) in this file)" if len(e.errors()) > 1 else ""
+    raise ConfigError(msg + more, file=file, key=key) from None
+
+
+def load_dataset(path: Path) -> Dataset:
+    """Load and validate one dataset file; its name defaults to the file's stem."""
+    data = _read_yaml(path)
+    data.setdefault("name", path.stem)
+    if data["name"] != path.stem:
+        raise ConfigError(f"name {data['name']!r} differs from the file name {path.stem!r}",
+                          file=str(path), key="name")
+    data.setdefault("topic", data["name"])
+    name = data["name"]
+    tables = data.setdefault("tables", {})
+    if isinstance(tables, dict):
+        for layer in ("speed", "batch", "quarantine"):
+            tables.setdefault(layer, f"{layer}.{name}")
+        if data.get("kind") == "changelog":
+            tables.setdefault("latest", f"speed.{name}_latest")
+    try:
+        return Dataset.model_validate(data)
+    except ValidationError as e:
+        _raise_validation(e, str(path))
+        raise  # unreachable
+
+
+def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
+                overrides: dict[str, Any] | None = None, home: Path | str | None = None) -> Config:
+    """Load ``conf/`` and validate it.
+
+    ``profile`` defaults to ``$LOGLAKE_PROFILE``, then the file's ``default_profile``.
+    ``overrides`` maps dotted profile keys to values (``{"kafka.bootstrap_servers": ...}``);
+    ``$LOGLAKE_KAFKA_BOOTSTRAP`` overrides ``kafka.bootstrap_servers``.
+    """
+    conf = Path(conf_dir) if conf_dir else paths.conf_dir()
+    main = conf / "loglake.yaml"
+    data = _read_yaml(main)
+    unknown = set(data) - {"default_profile", "profiles"}
+    if unknown:
+        raise ConfigError("unknown key (expected default_profile, profiles)", file=str(main),
+                          key=sorted(unknown)[0])
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, dict) or not profiles:
+        raise ConfigError("expected a mapping of profile name to settings", file=str(main), key="profiles")
+    name = profile or os.environ.get("LOGLAKE_PROFILE") or data.get("default_profile") or "local"
+    if name not in profiles:
+        raise ConfigError(f"unknown profile {name!r}; known profiles: {', '.join(profiles)}",
+                          file=str(main), key="default_profile" if not profile else "profile")
+    raw = _expand_env(profiles[name] or {}, str(main), f"profiles.{name}")
+    merged = dict(overrides or {})
+    if os.environ.get("LOGLAKE_KAFKA_BOOTSTRAP"):
+        merged.setdefault("kafka.bootstrap_servers", os.environ["LOGLAKE_KAFKA_BOOTSTRAP"])
+    for dotted, value in merged.items():
+        section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"
+        if leaf:
+            raw[section] = {**(raw.get(section) or {}), leaf: value}
+        else:
+            raw[section] = value
+    try:
+        prof = Profile.model_validate(raw)
+    except ValidationError as e:
+        _raise_validation(e, str(main), f"profiles.{name}")
+        raise
+    datasets: dict[str, Dataset] = {}
+    topics: dict[str, str] = {}
+    for path in sorted((conf / "datasets").glob("*.yaml")):
+        ds = load_dataset(path)
+        if ds.topic in topics:
+            raise ConfigError(f"topic {ds.topic!r} is already used by dataset {topics[ds.topic]!r}",
+                              file=str(path), key="topic")
+        topics[ds.topic] = ds.name
+        datasets[ds.name] = ds
+    home_path = Path(home) if home else paths.state_home()
+    return Config(name, prof, datasets, home_path, conf)

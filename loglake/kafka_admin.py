@@ -1,0 +1,116 @@
+"""Talking to Kafka with confluent-kafka: topics, end offsets, consumer-group positions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from loglake.config import Config, Dataset
+from loglake.errors import KafkaUnavailableError
+
+TIMEOUT = 15.0
+
+
+def admin(config: Config) -> AdminClient:
+    return AdminClient(config.kafka_client_conf())
+
+
+def _consumer(config: Config, group: str | None = None) -> Consumer:
+    return Consumer(config.kafka_client_conf(**{
+        "group.id": group or "loglake-admin",
+        # Offsets are committed explicitly, and only by the code that owns the position.
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+    }))
+
+
+def list_topics(config: Config, timeout: float = TIMEOUT) -> dict[str, int]:
+    """Topic name → partition count (internal topics excluded)."""
+    try:
+        md = admin(config).list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise KafkaUnavailableError(f"Kafka at {config.kafka.bootstrap_servers} did not answer: {e}") from None
+    return {t: len(m.partitions) for t, m in md.topics.items() if not t.startswith("__")}
+
+
+def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replication: int = 1,
+                 extra: dict[str, str] | None = None) -> str:
+    """Create the dataset's topic with its partition count unless it exists; return its name."""
+    name = topic or ds.topic
+    existing = list_topics(config)
+    if name in existing:
+        return name
+    cfg = dict(extra or {})
+    if ds.kind == "changelog":
+        # A changelog keeps the newest record per key forever (the log is the table).
+        cfg.setdefault("cleanup.policy", "compact")
+    fut = admin(config).create_topics([NewTopic(name, ds.partitions, replication, config=cfg)])[name]
+    try:
+        fut.result(timeout=TIMEOUT)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    # Metadata propagates asynchronously: wait until the topic is visible with its partitions.
+    deadline = time.monotonic() + TIMEOUT
+    while list_topics(config).get(name) != ds.partitions and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return name
+
+
+def watermarks(config: Config, topic: str) -> dict[int, tuple[int, int]]:
+    """Partition → (earliest retained offset, end offset) of ``topic``."""
+    parts = list_topics(config).get(topic)
+    if parts is None:
+        raise KafkaUnavailableError(f"topic {topic!r} does not exist on {config.kafka.bootstrap_servers}")
+    c = _consumer(config)
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in range(parts)}
+    finally:
+        c.close()
+
+
+def end_offsets(config: Config, topic: str) -> dict[int, int]:
+    return {p: hi for p, (_lo, hi) in watermarks(config, topic).items()}
+
+
+def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Record ``offsets`` (next offset to read, per partition) as ``group``'s position."""
+    if not offsets:
+        return
+    c = _consumer(config, group)
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def group_offsets(config: Config, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    """``group``'s committed position per partition (None where it has none)."""
+    c = _consumer(config, group)
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT)
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
+    finally:
+        c.close()
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    partition: int
+    earliest: int
+    end: int
+    speed_position: int | None
+
+    @property
+    def lag(self) -> int | None:
+        return None if self.speed_position is None else self.end - self.speed_position
+
+
+def dataset_state(config: Config, ds: Dataset) -> list[PartitionState]:
+    """Per partition: retained range, end offset, and the speed layer's committed position."""
+    marks = watermarks(config, ds.topic)
+    pos = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
+    return [PartitionState(p, lo, hi, pos.get(p)) for p, (lo, hi) in sorted(marks.items())]

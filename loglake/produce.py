@@ -1,0 +1,212 @@
+"""Generate realistic events (and, on request, malformed ones) and produce them to Kafka."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterator
+
+from confluent_kafka import KafkaException, Producer
+
+from loglake.config import Config, Dataset
+from loglake.kafka_admin import ensure_topic
+
+Record = tuple[bytes | None, bytes | None]  # (key, value)
+
+_SOURCES_WEIGHTED = (["search"] * 50 + ["recommendation"] * 25 + ["email"] * 10
+                     + ["company_page"] * 10 + ["direct"] * 5)
+_FIRST = ["Ada", "Grace", "Satya", "Lisa", "Jensen", "Mary", "Tim", "Sundar", "Andy", "Safra", "Reed", "Arvind"]
+_LAST = ["Lovelace", "Hopper", "Nadella", "Su", "Huang", "Barra", "Cook", "Pichai", "Jassy", "Catz", "Hastings"]
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _job_view(rng: random.Random, now: datetime) -> tuple[str, dict]:
+    user = int(rng.paretovariate(1.2) * 10) % 50_000 + 1  # a few heavy users, a long tail
+    value = {
+        "view_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "user_id": user,
+        "job_id": rng.randint(1, 200_000),
+        "viewed_at": _iso(now - timedelta(milliseconds=rng.randint(0, 5_000))),
+        "source": rng.choice(_SOURCES_WEIGHTED),
+        "duration_ms": min(int(rng.lognormvariate(9.5, 1.0)), 86_400_000),
+    }
+    return str(user), value
+
+
+def _company_ceo(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
+    n = rng.randint(1, 200)
+    cid = f"c{n}"
+    if rng.random() < 0.05:
+        return cid, None  # tombstone: the company is gone
+    return cid, {
+        "company_id": cid,
+        "company": f"Company {n}",
+        "ceo": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
+        "since": _iso(now - timedelta(days=rng.randint(0, 3650))),
+    }
+
+
+def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict]]:
+    """A schema-driven generator for datasets without a hand-written one."""
+    def gen(rng: random.Random, now: datetime) -> tuple[str, dict]:
+        value = {}
+        for name, spec in ds.fields.items():
+            if spec.enum:
+                value[name] = rng.choice(spec.enum)
+            elif spec.type == "long":
+                lo, hi = int(spec.min if spec.min is not None else 0), int(spec.max if spec.max is not None else 10**6)
+                value[name] = rng.randint(lo, hi)
+            elif spec.type == "double":
+                value[name] = rng.uniform(spec.min or 0.0, spec.max if spec.max is not None else 1000.0)
+            elif spec.type == "boolean":
+                value[name] = rng.random() < 0.5
+            elif spec.type == "timestamp":
+                value[name] = _iso(now)
+            else:
+                value[name] = uuid.UUID(int=rng.getrandbits(128), version=4).hex
+        return str(value[ds.key]), value
+    return gen
+
+
+GENERATORS: dict[str, Callable] = {"job_views": _job_view, "company_ceos": _company_ceo}
+
+
+def malformed(ds: Dataset, rng: random.Random, key: str, value: dict) -> Record:
+    """Break a good record in one of the ways the speed layer must quarantine."""
+    name = rng.choice(list(ds.fields))
+    spec = ds.fields[name]
+    kinds = ["bad_json", "missing_field", "wrong_type", "not_an_object"]
+    if ds.kind == "events":
+        kinds.append("null_value")
+    if spec.enum or spec.min is not None or spec.max is not None:
+        kinds.append("out_of_domain")
+    kind = rng.choice(kinds)
+    bad = dict(value)
+    if kind == "bad_json":
+        return key.encode(), json.dumps(value).encode()[:-3]
+    if kind == "null_value":
+        return key.encode(), None
+    if kind == "not_an_object":
+        return key.encode(), json.dumps(list(value.values())).encode()
+    if kind == "missing_field":
+        bad.pop(name)
+    elif kind == "wrong_type":
+        # A string where a number belongs, a number where a string belongs.
+        bad[name] = str(bad[name]) if spec.type in ("long", "double", "boolean") else 12345
+    elif kind == "out_of_domain":
+        bad[name] = ("carrier_pigeon" if spec.type == "string" else
+                     (spec.min - 1 if spec.min is not None else spec.max + 1))
+        if spec.type == "long":
+            bad[name] = int(bad[name])
+    return key.encode(), json.dumps(bad).encode()
+
+
+@dataclass
+class ProduceResult:
+    records: int = 0
+    good: int = 0
+    bad: int = 0
+    tombstones: int = 0
+    seconds: float = 0.0
+    by_partition: dict[int, int] = field(default_factory=dict)
+    last_value: dict[str, dict | None] = field(default_factory=dict)  # changelog: key → newest value
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None) -> Iterator[tuple[Record, bool]]:
+    """``count`` records of ``ds``: exactly ``round(count * bad_fraction)`` malformed ones."""
+    if not 0.0 <= bad_fraction <= 1.0:
+        raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
+    rng = random.Random(seed)
+    gen = GENERATORS.get(ds.name) or _generic(ds)
+    n_bad = round(count * bad_fraction)
+    bad_at = set(rng.sample(range(count), n_bad)) if n_bad else set()
+    now = datetime.now(timezone.utc)
+    for i in range(count):
+        key, value = gen(rng, now)
+        if i in bad_at:
+            if value is None:  # a tombstone cannot be broken further; break a fresh record
+                key, value = _company_ceo(rng, now) if ds.name == "company_ceos" else gen(rng, now)
+                while value is None:
+                    key, value = gen(rng, now)
+            yield malformed(ds, rng, key, value), False
+        else:
+            yield (key.encode(), None if value is None else json.dumps(value).encode()), True
+
+
+def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
+            seed: int | None = None, topic: str | None = None, progress: bool = False) -> ProduceResult:
+    """Produce ``count`` generated records to the dataset's topic (created if missing).
+
+    Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
+    duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing.
+    """
+    topic = ensure_topic(config, ds, topic)
+    producer = Producer(config.kafka_client_conf(**{
+        # librdkafka does not default to idempotence; without it a retried send can duplicate.
+        "enable.idempotence": True,
+        "acks": "all",
+        # Batch for throughput: a few ms of linger fills batches at high rates.
+        "linger.ms": 20,
+        "compression.type": "lz4",
+    }))
+    result = ProduceResult()
+    errors: list[str] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            result.by_partition[msg.partition()] = result.by_partition.get(msg.partition(), 0) + 1
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=count, unit="rec", file=sys.stderr, desc=f"produce {ds.name}")
+    start = time.monotonic()
+    try:
+        for i, ((key, value), ok) in enumerate(generate(ds, count, bad_fraction, seed)):
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:  # local queue full: let deliveries drain
+                    producer.poll(0.05)
+            producer.poll(0)
+            result.records += 1
+            if ok:
+                result.good += 1
+                if value is None:
+                    result.tombstones += 1
+                if ds.kind == "changelog":
+                    result.last_value[key.decode()] = None if value is None else json.loads(value)
+            else:
+                result.bad += 1
+            if bar is not None and (i + 1) % 1000 == 0:
+                bar.update(1000)
+            if rate:
+                ahead = (i + 1) / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+        remaining = producer.flush(60)
+        if remaining:
+            raise KafkaException(f"{remaining} records were not delivered within 60 s")
+    finally:
+        if bar is not None:
+            bar.update(result.records - bar.n)
+            bar.close()
+    result.seconds = time.monotonic() - start
+    if errors:
+        raise KafkaException(f"{len(errors)} records failed delivery; first: {errors[0]}")
+    return result

@@ -1,0 +1,44 @@
+"""Spark sessions with the Kafka connector and Delta Lake, in-process or under spark-submit."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from loglake import paths
+from loglake.config import Config
+
+
+def spark_conf(config: Config) -> dict[str, str]:
+    """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
+    conf = {
+        "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.memory": config.profile.spark.driver_memory,
+        # Python workers must use the venv's interpreter, not whatever python3 is on PATH.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Timestamps are stored and shown in UTC whatever the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+    }
+    conf.update(config.profile.spark.conf)
+    return conf
+
+
+def get_spark(config: Config, app_name: str = "loglake"):
+    """The active session, or a new one configured for loglake (master from the profile)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if not os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT"):  # spark-submit already passed --master and --conf
+        builder = builder.master(config.profile.spark.master)
+        for k, v in spark_conf(config).items():
+            builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

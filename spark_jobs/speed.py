@@ -1,0 +1,203 @@
+"""The speed layer: Kafka → parse/validate/transform → Delta, exactly once, per micro-batch.
+
+Run under spark-submit (``loglake speed start|run`` builds the command) or in-process
+(``run_speed``). Each micro-batch writes valid rows to ``speed.<dataset>`` and the rest to
+``quarantine.<dataset>``, both as Delta appends tied to (stream id, batch id): a batch
+replayed after a crash is skipped by Delta instead of written twice. Only after the batch
+is committed does the stream record its position in the dataset's Kafka consumer group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from loglake.config import Config, Dataset, load_config
+from loglake.kafka_admin import commit_group_offsets, list_topics
+from loglake.offsets import parse_spark_offsets, spark_offsets_json
+from spark_jobs import delta_io, parse
+from spark_jobs.session import get_spark
+
+
+def kafka_source_options(config: Config, topic: str) -> dict[str, str]:
+    """Options of Spark's Kafka source shared by the speed and batch layers."""
+    opts = {
+        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
+        "subscribe": topic,
+        # A gap in the log is data loss: fail loudly rather than skip.
+        "failOnDataLoss": "true",
+        "includeHeaders": "false",
+    }
+    opts.update({f"kafka.{k}": v for k, v in config.kafka.spark.items()})
+    return opts
+
+
+def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
+                  batch_id: int) -> None:
+    """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state."""
+    validated = parse.validate(batch, ds).persist()
+    try:
+        valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
+        delta_io.append_idempotent(valid, config.table_path(ds, "speed"), app_id, batch_id)
+        delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"),
+                                   config.table_path(ds, "quarantine"), app_id, batch_id)
+        if ds.kind == "changelog":
+            delta_io.merge_latest(spark, valid, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
+    finally:
+        validated.unpersist()
+
+
+def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
+    """Starting offsets for a *new* checkpoint: after what the tables already hold.
+
+    If the checkpoint was lost but the speed tables survive, starting from the earliest
+    offset would duplicate rows; instead resume each partition after its highest landed
+    offset (speed or speed-quarantine). Partitions with nothing landed start at earliest.
+    """
+    landed = []
+    for layer in ("speed", "quarantine"):
+        path = config.table_path(ds, layer)
+        if delta_io.table_exists(spark, path):
+            df = spark.read.format("delta").load(path)
+            if layer == "quarantine":
+                df = df.where(F.col("_layer") == "speed")
+            landed.append(df.where(F.col("_topic") == topic).groupBy("_partition").agg(F.max("_offset").alias("m")))
+    if not landed:
+        return "earliest"
+    merged = landed[0] if len(landed) == 1 else landed[0].unionByName(landed[1])
+    highest = {r["_partition"]: r["m"] for r in merged.groupBy("_partition").agg(F.max("m").alias("m")).collect()}
+    if not highest:
+        return "earliest"
+    partitions = list_topics(config).get(topic, 0)
+    # -2 means "earliest" in Spark's offsets JSON.
+    return spark_offsets_json(topic, {p: highest[p] + 1 if p in highest else -2 for p in range(partitions)})
+
+
+class _PositionRecorder(StreamingQueryListener):
+    """After each committed batch: commit the position to Kafka and keep a progress file."""
+
+    def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None):
+        self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
+        self.query_id: str | None = None
+
+    def record(self, progress_json: str) -> None:
+        progress = json.loads(progress_json)
+        if self.query_id is not None and progress.get("id") != self.query_id:
+            return
+        for source in progress.get("sources", []):
+            ends = parse_spark_offsets(source.get("endOffset") or "{}").get(self.topic)
+            if ends:
+                commit_group_offsets(self.config, self.ds.consumer_group, self.topic, ends)
+        if self.progress_file is not None:
+            tmp = self.progress_file.with_suffix(".tmp")
+            tmp.write_text(progress_json)
+            tmp.replace(self.progress_file)
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        try:
+            self.record(event.progress.json)
+        except Exception as e:  # the stream must not die because a lag tool's view failed
+            print(f"loglake: could not record speed position: {e}", file=sys.stderr)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
+                 topic: str | None = None, progress_file: Path | None = None) -> tuple[StreamingQuery, _PositionRecorder]:
+    """Start the speed stream of ``ds``; returns the query and its position recorder."""
+    topic = topic or ds.topic
+    checkpoint = config.checkpoint_path(ds)
+    speed = config.profile.speed
+    fresh = not _checkpoint_has_offsets(spark, checkpoint)
+    reader = spark.readStream.format("kafka").options(**kafka_source_options(config, topic))
+    reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
+    reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
+    source = reader.load()
+
+    stream_id: dict[str, str] = {}
+
+    def on_batch(batch: DataFrame, batch_id: int) -> None:
+        if "id" not in stream_id:
+            # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
+            meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
+            stream_id["id"] = json.loads(meta)["id"]
+        process_batch(spark, config, ds, batch, f"loglake-speed-{ds.name}-{stream_id['id']}", batch_id)
+
+    writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
+    writer = writer.foreachBatch(on_batch)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=f"{speed.trigger_seconds} seconds")
+    recorder = _PositionRecorder(config, ds, topic, progress_file)
+    spark.streams.addListener(recorder)
+    query = writer.start()
+    recorder.query_id = str(query.id)
+    return query, recorder
+
+
+def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    return fs.exists(path) and len(fs.listStatus(path)) > 0
+
+
+def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
+              topic: str | None = None, progress_file: Path | None = None) -> dict | None:
+    """Run the speed stream until it ends (available-now) or is stopped; return last progress."""
+    query, recorder = start_stream(spark, config, ds, available_now=available_now, topic=topic,
+                                   progress_file=progress_file)
+
+    def stop(signum, frame):
+        query.stop()
+
+    if not available_now:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    try:
+        query.awaitTermination()
+    finally:
+        spark.streams.removeListener(recorder)
+    last = query.lastProgress
+    if last is not None:
+        # Listener events are asynchronous: make sure the final position is recorded.
+        recorder.record(json.dumps(last))
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="speed", description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--available-now", action="store_true", help="process what the topic holds now, then exit")
+    p.add_argument("--conf-dir")
+    p.add_argument("--profile")
+    p.add_argument("--home")
+    p.add_argument("--progress-file")
+    args = p.parse_args(argv)
+    config = load_config(args.conf_dir, args.profile, home=args.home)
+    ds = config.dataset(args.dataset)
+    spark = get_spark(config, f"loglake-speed-{ds.name}")
+    started = time.monotonic()
+    last = run_speed(spark, config, ds, available_now=args.available_now,
+                     progress_file=Path(args.progress_file) if args.progress_file else None)
+    print(json.dumps({"dataset": ds.name, "seconds": round(time.monotonic() - started, 3),
+                      "last_batch": last and last.get("batchId")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
