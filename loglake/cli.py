@@ -1,0 +1,267 @@
+"""The ``loglake`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from loglake.config import Config, Dataset, load_config
+from loglake.errors import LoglakeError
+
+
+# --- kafka ----------------------------------------------------------------------------
+
+
+def embedded_kafka(config: Config):
+    from loglake.embedded_kafka import EmbeddedKafka
+
+    return EmbeddedKafka(config.home, port=config.kafka.port)
+
+
+def cmd_kafka(config: Config, args) -> int:
+    if args.action in ("start", "stop") and not config.kafka.embedded:
+        print(f"profile {config.profile_name!r} uses the external cluster {config.kafka.bootstrap_servers}; "
+              "nothing to start or stop")
+        return 0
+    if args.action == "start":
+        kafka = embedded_kafka(config)
+        t0 = time.monotonic()
+        was = kafka.is_running()
+        kafka.start()
+        state = "already running" if was else f"started in {time.monotonic() - t0:.1f}s"
+        print(f"kafka: {state} at {kafka.bootstrap} (data {config.home / 'kafka'}, log {config.home / 'logs' / 'kafka.log'})")
+        return 0
+    if args.action == "stop":
+        stopped = embedded_kafka(config).stop()
+        print("kafka: stopped" if stopped else "kafka: not running")
+        return 0
+    return kafka_status(config)
+
+
+def kafka_status(config: Config) -> int:
+    from loglake.kafka_admin import list_topics, watermarks
+
+    topics = list_topics(config)
+    print(f"kafka: {config.kafka.bootstrap_servers} answers; {len(topics)} topic(s)")
+    for topic in sorted(topics):
+        marks = watermarks(config, topic)
+        total = sum(hi - lo for lo, hi in marks.values())
+        print(f"  {topic}: {len(marks)} partition(s), {total} retained offset(s)")
+        for p, (lo, hi) in sorted(marks.items()):
+            print(f"    [{p}] earliest {lo}  end {hi}")
+    return 0
+
+
+# --- produce --------------------------------------------------------------------------
+
+
+def cmd_produce(config: Config, args) -> int:
+    from loglake.produce import produce
+
+    ds = config.dataset(args.dataset)
+    res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
+                  progress=not args.quiet)
+    print(f"produced {res.records} records to {ds.topic} ({res.good} good, {res.bad} malformed"
+          f"{f', {res.tombstones} tombstones' if res.tombstones else ''}) in {res.seconds:.2f}s: "
+          f"{res.rate:,.0f} records/s")
+    return 0
+
+
+# --- speed ----------------------------------------------------------------------------
+
+
+def _speed_process(config: Config, ds: Dataset):
+    from loglake.processes import Managed
+
+    return Managed(config.home, f"speed-{ds.name}")
+
+
+def _progress_file(config: Config, ds: Dataset):
+    return config.home / "run" / f"speed-{ds.name}.progress.json"
+
+
+def _targets(config: Config, name: str | None) -> list[Dataset]:
+    return [config.dataset(name)] if name else list(config.datasets.values())
+
+
+def speed_command(config: Config, ds: Dataset, available_now: bool) -> list[str]:
+    from loglake.launch import spark_submit
+
+    args = ["--dataset", ds.name, "--progress-file", str(_progress_file(config, ds))]
+    return spark_submit(config, "speed", args + (["--available-now"] if available_now else []))
+
+
+def cmd_speed(config: Config, args) -> int:
+    import subprocess
+
+    from loglake.launch import job_env
+    from loglake.processes import wait_for
+
+    if args.action == "run":
+        if not args.dataset:
+            raise LoglakeError("speed run needs a DATASET")
+        ds = config.dataset(args.dataset)
+        _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        code = subprocess.call(speed_command(config, ds, args.available_now), env=job_env(config))
+        if code == 0:
+            print(f"speed {ds.name}: done in {time.monotonic() - t0:.1f}s")
+            _print_tables(config, ds)
+        return code
+    if args.action == "start":
+        for ds in _targets(config, args.dataset):
+            proc = _speed_process(config, ds)
+            if proc.pid():
+                print(f"speed {ds.name}: already running (pid {proc.pid()})")
+                continue
+            _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, "-m", "loglake.processes", *speed_command(config, ds, False)]
+            pid = proc.start(cmd, env=job_env(config))
+            print(f"speed {ds.name}: started (pid {pid}, log {proc.log_file})")
+        if args.wait:
+            for ds in _targets(config, args.dataset):
+                wait_for(lambda: _progress_file(config, ds).exists(), args.wait, f"speed {ds.name} first batch",
+                         log=_speed_process(config, ds))
+        return 0
+    if args.action == "stop":
+        for ds in _targets(config, args.dataset):
+            stopped = _speed_process(config, ds).stop()
+            print(f"speed {ds.name}: {'stopped' if stopped else 'not running'}")
+        return 0
+    return speed_status(config, _targets(config, args.dataset))
+
+
+def speed_status(config: Config, datasets: list[Dataset]) -> int:
+    from loglake.kafka_admin import dataset_state
+
+    for ds in datasets:
+        pid = _speed_process(config, ds).pid()
+        line = f"speed {ds.name}: {'running (pid %d)' % pid if pid else 'stopped'}"
+        pf = _progress_file(config, ds)
+        if pf.exists():
+            prog = json.loads(pf.read_text())
+            line += (f"; last batch {prog.get('batchId')} at {prog.get('timestamp')}: "
+                     f"{prog.get('numInputRows')} rows, {prog.get('processedRowsPerSecond', 0):,.0f} rows/s")
+        print(line)
+        try:
+            parts = dataset_state(config, ds)
+        except LoglakeError as e:
+            print(f"  {e}")
+            continue
+        for s in parts:
+            pos = "-" if s.speed_position is None else s.speed_position
+            lag = "-" if s.lag is None else s.lag
+            print(f"  [{s.partition}] end {s.end}  speed position {pos}  lag {lag}")
+    return 0
+
+
+def _print_tables(config: Config, ds: Dataset) -> None:
+    from loglake.tables import table_summary
+
+    for line in table_summary(config, ds):
+        print(f"  {line}")
+
+
+# --- demo -----------------------------------------------------------------------------
+
+
+def cmd_demo(config: Config, args) -> int:
+    import subprocess
+
+    from loglake.launch import job_env
+    from loglake.produce import produce
+    from loglake.tables import table_counts
+
+    t0 = time.monotonic()
+    if config.kafka.embedded:
+        embedded_kafka(config).start()
+        print(f"kafka: running at {config.kafka.bootstrap_servers}")
+    produced = {}
+    for ds in config.datasets.values():
+        n = args.count if ds.kind == "events" else max(args.count // 10, 100)
+        res = produce(config, ds, n, bad_fraction=args.bad_fraction, progress=True)
+        produced[ds.name] = res
+        print(f"produced {res.records} to {ds.topic}: {res.good} good, {res.bad} malformed ({res.rate:,.0f} rec/s)")
+    ok = True
+    for ds in config.datasets.values():
+        t1 = time.monotonic()
+        code = subprocess.call(speed_command(config, ds, True), env=job_env(config))
+        if code:
+            print(f"speed {ds.name}: failed with exit code {code}")
+            return code
+        wall = time.monotonic() - t1
+        counts = table_counts(config, ds)
+        res = produced[ds.name]
+        landed, quarantined = counts["speed"], counts["quarantine"]
+        print(f"speed {ds.name}: {landed + quarantined} records in {wall:.1f}s (incl. JVM start); "
+              f"speed.{ds.name} {landed} rows, quarantine.{ds.name} {quarantined} rows")
+        _print_tables(config, ds)
+        # A demo on an existing state directory also holds earlier runs' records.
+        ok &= landed >= res.good and quarantined >= res.bad
+    print(f"demo: {'OK' if ok else 'MISMATCH'} in {time.monotonic() - t0:.1f}s")
+    return 0 if ok else 1
+
+
+# --- entry point ----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loglake", description="Kafka is the truth; Delta tables are views of it.")
+    p.add_argument("--conf-dir", help="configuration directory (default: conf/ or $LOGLAKE_CONF)")
+    p.add_argument("--profile", help="profile in conf/loglake.yaml (default: $LOGLAKE_PROFILE or default_profile)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("kafka", help="the embedded Kafka broker")
+    k.add_argument("action", choices=["start", "stop", "status"])
+
+    pr = sub.add_parser("produce", help="produce generated records to a dataset's topic")
+    pr.add_argument("dataset")
+    pr.add_argument("--count", type=int, required=True)
+    pr.add_argument("--rate", type=float, help="records per second (default: as fast as possible)")
+    pr.add_argument("--bad-fraction", type=float, default=0.0, help="fraction of malformed records, 0..1")
+    pr.add_argument("--seed", type=int)
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    s = sub.add_parser("speed", help="the speed layer (Spark Structured Streaming → Delta)")
+    s.add_argument("action", choices=["start", "stop", "status", "run"])
+    s.add_argument("dataset", nargs="?")
+    s.add_argument("--available-now", action="store_true",
+                   help="run: process what the topic holds now, then exit")
+    s.add_argument("--wait", type=float, default=0, help="start: wait up to N s for the first batch")
+
+    d = sub.add_parser("demo", help="start Kafka, produce sample events, run the speed layer, print the tables")
+    d.add_argument("--count", type=int, default=20_000)
+    d.add_argument("--bad-fraction", type=float, default=0.02)
+    return p
+
+
+def _check_args(args) -> None:
+    if getattr(args, "count", 1) is not None and getattr(args, "count", 1) < 0:
+        raise LoglakeError(f"--count must be >= 0, found {args.count}")
+    bf = getattr(args, "bad_fraction", 0.0)
+    if not 0.0 <= bf <= 1.0:
+        raise LoglakeError(f"--bad-fraction must be within [0, 1], found {bf}")
+    if getattr(args, "rate", None) is not None and args.rate <= 0:
+        raise LoglakeError(f"--rate must be > 0 records/s, found {args.rate}")
+    if getattr(args, "command", None) == "speed" and args.action == "run" and not args.available_now:
+        raise LoglakeError("speed run needs --available-now (use `loglake speed start` for a continuous stream)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        _check_args(args)
+        config = load_config(args.conf_dir, args.profile)
+        handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo}[args.command]
+        return handler(config, args)
+    except LoglakeError as e:
+        print(f"loglake: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

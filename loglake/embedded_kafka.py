@@ -1,0 +1,313 @@
+"""A single-node Kafka (KRaft, broker and controller in one JVM) for local runs and tests.
+
+The broker runs from the jars ``python -m loglake.setup_jvm`` resolves (``jars("kafka")``),
+as a detached process (its own session), so it outlives the Python process that started
+it; any later process can find it again through the pid file and stop it. Everything
+lives under ``home``::
+
+    home/kafka/server.properties, log4j2.xml, cluster.id   written by us
+    home/kafka/data/                                       the log (survives restarts)
+    home/logs/kafka.log                                    JVM stdout/stderr + log4j2
+    home/run/kafka.pid
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from loglake.errors import ProcessError, SetupError
+from loglake.paths import jars
+
+# Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
+# writer for the file, so JVM crashes and log4j2 lines interleave in order.
+LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="stdout" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="stdout"/></Root>
+    <!-- Per-request lines: far too chatty at INFO. -->
+    <Logger name="kafka.request.logger" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+_ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
+
+
+def free_port() -> int:
+    """A TCP port free on localhost right now (the OS picks it; racy but fine for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
+    return found
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid text form: URL-safe base64 of 16 random bytes, no padding. Kafka itself
+    # avoids ids starting with '-', which CLI parsers would take for an option.
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def _port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("localhost", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str | None:
+    """The command line of a live, non-zombie process; None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return None  # exited, not yet reaped
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    except OSError:
+        pass
+    # No /proc (macOS): ask ps.
+    out = subprocess.run(["ps", "-p", str(pid), "-o", "stat=,command="], capture_output=True, text=True).stdout
+    return None if not out.strip() or out.lstrip().startswith("Z") else out
+
+
+class EmbeddedKafka:
+    """One KRaft broker+controller on ``localhost:port`` with its data under ``home/"kafka"``."""
+
+    def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m"):
+        self.home = Path(home).absolute()  # the pid check matches this path in the command line
+        self.port = port
+        self.controller_port = controller_port if controller_port is not None else port + 1
+        self.heap = heap
+        self.kafka_dir = self.home / "kafka"
+        self.data_dir = self.kafka_dir / "data"
+        self.props_path = self.kafka_dir / "server.properties"
+        self.log4j_path = self.kafka_dir / "log4j2.xml"
+        self.cluster_id_path = self.kafka_dir / "cluster.id"
+        self.log_path = self.home / "logs" / "kafka.log"
+        self.pid_path = self.home / "run" / "kafka.pid"
+        self._proc: subprocess.Popen | None = None  # set when this object started the JVM
+
+    @property
+    def bootstrap(self) -> str:
+        return f"localhost:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"EmbeddedKafka(home={str(self.home)!r}, bootstrap={self.bootstrap!r})"
+
+    def __enter__(self) -> EmbeddedKafka:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's pid if it is running (stale pid files are removed)."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        # A pid is ours only if that process is our JVM: pids get reused after a crash
+        # or reboot, and we must never signal an unrelated process.
+        cmd = _cmdline(pid)
+        if cmd and "kafka.Kafka" in cmd and str(self.props_path) in cmd:
+            return pid
+        self.pid_path.unlink(missing_ok=True)
+        return None
+
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    def answers(self, timeout: float = 2.0) -> bool:
+        """True when the broker accepts connections and (with confluent_kafka) returns metadata."""
+        if not _port_open(self.port, timeout=min(timeout, 0.5)):
+            return False
+        try:
+            from confluent_kafka.admin import AdminClient
+        except ImportError:
+            return True  # the TCP listener is the best we can check without a client
+        # log_level 0: a broker still starting makes librdkafka print connection errors.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        try:
+            md = admin.list_topics(timeout=timeout)
+        except Exception:
+            return False
+        return bool(md.brokers)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return f"(no log at {self.log_path})"
+
+    # -- start / stop ---------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the broker and wait until it answers a metadata request. Idempotent."""
+        deadline = time.monotonic() + timeout
+        if self.is_running():
+            self._wait_ready(deadline, timeout)  # perhaps started a moment ago elsewhere
+            return
+        for p in (self.port, self.controller_port):
+            if _port_open(p):
+                raise ProcessError(f"cannot start Kafka on {self.bootstrap}: localhost:{p} is already in use")
+        java = java_executable()
+        classpath = os.pathsep.join(str(j) for j in jars("kafka"))
+        self._write_config()
+        if not (self.data_dir / "meta.properties").exists():
+            self._format(java, classpath)
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.exists() and self.log_path.stat().st_size > _ROTATE_BYTES:
+            self.log_path.replace(self.log_path.with_suffix(".log.1"))
+        cmd = [
+            java, f"-Xmx{self.heap}", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j_path}",
+            "-cp", classpath, "kafka.Kafka", str(self.props_path),
+        ]
+        with self.log_path.open("a") as log:
+            log.write(f"\n=== loglake: starting Kafka on {self.bootstrap} at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
+            log.flush()
+            # New session: Ctrl-C in the caller's terminal does not reach the broker, and
+            # stop() can signal the JVM's whole process group.
+            self._proc = subprocess.Popen(
+                cmd, cwd=self.kafka_dir, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        tmp = self.pid_path.with_suffix(".tmp")
+        tmp.write_text(f"{self._proc.pid}\n")
+        tmp.replace(self.pid_path)
+        try:
+            self._wait_ready(deadline, timeout)
+        except ProcessError:
+            self.stop(timeout=5)
+            raise
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise ProcessError(
+                    f"Kafka exited with code {self._proc.returncode} while starting "
+                    f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                )
+            if self._proc is None and not self.is_running():
+                raise ProcessError(f"Kafka (pid file {self.pid_path}) died while starting; last lines:\n{self.log_tail()}")
+            left = deadline - time.monotonic()
+            if self.answers(timeout=max(0.5, min(2.0, left))):
+                return
+            if time.monotonic() >= deadline:
+                raise ProcessError(
+                    f"Kafka did not answer on {self.bootstrap} within {timeout:.0f} s "
+                    f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the broker's process group; SIGKILL after ``timeout``. No-op if not running."""
+        pid = self.pid
+        if pid is None:
+            self._proc = None
+            return
+        # start_new_session made the JVM a group leader; signal the group so nothing lingers.
+        kill = os.killpg if os.getpgid(pid) == pid else os.kill
+        try:
+            kill(pid, signal.SIGTERM)  # Kafka's shutdown hook: controlled shutdown, flushes logs
+            if not self._wait_exit(pid, timeout):
+                kill(pid, signal.SIGKILL)
+                if not self._wait_exit(pid, 10):
+                    raise ProcessError(f"Kafka pid {pid} survived SIGKILL")
+        except ProcessLookupError:
+            pass  # exited between the check and the signal
+        self.pid_path.unlink(missing_ok=True)
+        self._proc = None
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            try:
+                self._proc.wait(timeout)  # reaps our child, so it does not linger as a zombie
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while _cmdline(pid) is not None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    # -- files ----------------------------------------------------------------------
+
+    def _write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            # Static quorum: the voter set comes from this file, not from the formatted
+            # storage, so ports may change between restarts.
+            "controller.quorum.voters": f"1@localhost:{self.controller_port}",
+            "listeners": f"PLAINTEXT://localhost:{self.port},CONTROLLER://localhost:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://localhost:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            # Topics are created on purpose, with their partition count; a typo must fail.
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            # One broker: internal topics cannot have the default replication factor 3.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # Consumers join at once instead of waiting 3 s for more members.
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        text = "# Written by loglake.embedded_kafka on every start; edits are lost.\n"
+        text += "".join(f"{k}={v}\n" for k, v in props.items())
+        self.props_path.write_text(text)
+        self.log4j_path.write_text(LOG4J2_XML)
+
+    def _format(self, java: str, classpath: str) -> None:
+        """Format the storage once; the cluster id is generated once and kept."""
+        if self.cluster_id_path.exists():
+            cluster_id = self.cluster_id_path.read_text().strip()
+        else:
+            cluster_id = _new_cluster_id()
+            self.cluster_id_path.write_text(cluster_id + "\n")
+        cmd = [java, f"-Xmx{self.heap}", f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
+               "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
+        res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise ProcessError(f"formatting Kafka storage in {self.data_dir} failed:\n{res.stdout}{res.stderr}")
