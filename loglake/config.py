@@ -35,6 +35,14 @@ _IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
 
 
+class KeyedValueError(ValueError):
+    """A validation error found across fields, naming the key it is about."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(message)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,24 +64,24 @@ class FieldSpec(_Strict):
     @model_validator(mode="after")
     def _domain_fits_type(self) -> "FieldSpec":
         if (self.min is not None or self.max is not None) and self.type not in ("long", "double"):
-            raise ValueError(f"min/max apply to long and double fields, not {self.type}")
+            raise KeyedValueError("min", f"min/max apply to long and double fields, not {self.type}")
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+            raise KeyedValueError("min", f"min ({self.min}) is greater than max ({self.max})")
         if self.pattern is not None:
             if self.type != "string":
-                raise ValueError(f"pattern applies to string fields, not {self.type}")
+                raise KeyedValueError("pattern", f"pattern applies to string fields, not {self.type}")
             try:
                 re.compile(self.pattern)
             except re.error as e:
-                raise ValueError(f"pattern {self.pattern!r} is not a valid regular expression: {e}") from e
+                raise KeyedValueError("pattern", f"pattern {self.pattern!r} is not a valid regular expression: {e}") from e
         if self.enum is not None:
             if not self.enum:
-                raise ValueError("enum must list at least one value")
+                raise KeyedValueError("enum", "enum must list at least one value")
             expected = {"string": str, "long": int, "double": (int, float), "boolean": bool, "timestamp": str}
             bad = [v for v in self.enum if not isinstance(v, expected[self.type]) or (
                 self.type in ("long", "double") and isinstance(v, bool))]
             if bad:
-                raise ValueError(f"enum values {bad!r} are not of the field's type {self.type}")
+                raise KeyedValueError("enum", f"enum values {bad!r} are not of the field's type {self.type}")
         return self
 
 
@@ -132,11 +140,11 @@ class Dataset(_Strict):
     @model_validator(mode="after")
     def _key_and_tables(self) -> "Dataset":
         if self.key not in self.schema_:
-            raise ValueError(f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
+            raise KeyedValueError("key", f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
         if self.kind == "changelog" and self.tables.latest is None:
-            raise ValueError("a changelog dataset needs tables.latest (the latest state by key)")
+            raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
         if self.kind == "events" and self.tables.latest is not None:
-            raise ValueError("tables.latest is for changelog datasets only")
+            raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
         return self
 
     @property
@@ -315,6 +323,9 @@ def _raise_validation(e: ValidationError, file: str, prefix: str = "") -> None:
     err = e.errors()[0]
     loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
     loc = loc.replace("schema_", "schema")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, KeyedValueError):
+        loc = ".".join(p for p in (loc, cause.key) if p)
     key = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":

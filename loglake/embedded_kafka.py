@@ -194,6 +194,8 @@ class EmbeddedKafka:
         cmd = [
             java, f"-Xmx{self.heap}", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.log4j_path}",
+            # Log4j's own shutdown hook would race Kafka's and drop the shutdown log.
+            "-Dlog4j2.shutdownHookEnabled=false",
             "-cp", classpath, "kafka.Kafka", str(self.props_path),
         ]
         with self.log_path.open("a") as log:
@@ -237,7 +239,9 @@ class EmbeddedKafka:
         """SIGTERM the broker's process group; SIGKILL after ``timeout``. No-op if not running."""
         pid = self.pid
         if pid is None:
-            self._proc = None
+            if self._proc is not None:
+                self._proc.poll()  # reap our child if someone else stopped it
+                self._proc = None
             return
         # start_new_session made the JVM a group leader; signal the group so nothing lingers.
         kill = os.killpg if os.getpgid(pid) == pid else os.kill

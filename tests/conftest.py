@@ -1,0 +1,82 @@
+"""Session-scoped services for the whole suite: one Kafka broker, one Spark session.
+
+Set ``LOGLAKE_TEST_BOOTSTRAP=host:port`` to run against an existing cluster; otherwise the
+suite starts its own embedded broker on a free port with its own state directory, so it
+never collides with a running ``make up``. Each test gets its own topics (through its own
+conf/ directory), tables, checkpoints and consumer groups.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loglake import paths
+from loglake.config import Config, load_config
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> str:
+    external = os.environ.get("LOGLAKE_TEST_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    from loglake.embedded_kafka import EmbeddedKafka, free_port
+
+    kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka-home"), port=free_port(), heap="512m")
+    kafka.start()
+    try:
+        yield kafka.bootstrap
+    finally:
+        kafka.stop()
+
+
+def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None) -> Path:
+    """A conf/ directory for one test: the repo's datasets on topics of their own."""
+    conf = root / "conf"
+    (conf / "datasets").mkdir(parents=True, exist_ok=True)
+    suffix = topic_suffix or uuid.uuid4().hex[:8]
+    profile = {
+        "kafka": {"bootstrap_servers": bootstrap, "embedded": False},
+        "spark": {"master": "local[2]", "driver_memory": "1g",
+                  "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                           "spark.sql.adaptive.enabled": "false"}},
+        "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
+    }
+    (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "test", "profiles": {"test": profile}}))
+    for src in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml"):
+        data = yaml.safe_load(src.read_text())
+        data["topic"] = f"{src.stem}-{suffix}"
+        (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    return conf
+
+
+@pytest.fixture(scope="session")
+def spark_config(tmp_path_factory) -> Config:
+    # The session's settings only; tests that need Kafka build their own Config.
+    root = tmp_path_factory.mktemp("spark-session")
+    return load_config(write_conf(root, "localhost:9"), home=root / "state")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_config):
+    from spark_jobs.session import get_spark
+
+    session = get_spark(spark_config, "loglake-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_config(tmp_path, kafka_bootstrap):
+    """Build a per-test Config (own conf dir, topics, state dir); kwargs go to write_conf."""
+    def make(**kwargs) -> Config:
+        conf = write_conf(tmp_path, kafka_bootstrap, **kwargs)
+        return load_config(conf, home=tmp_path / "state")
+    return make

@@ -1,0 +1,146 @@
+"""Configuration is validated at load; every error names the file and the key."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loglake import paths
+from loglake.config import load_config
+from loglake.errors import ConfigError
+
+
+@pytest.fixture
+def conf(tmp_path) -> Path:
+    shutil.copytree(paths.REPO_ROOT / "conf", tmp_path / "conf")
+    return tmp_path / "conf"
+
+
+def edit(path: Path, fn) -> None:
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_shipped_config_loads(conf):
+    c = load_config(conf, home="/tmp/x")
+    assert set(c.datasets) == {"job_views", "company_ceos"}
+    jv = c.dataset("job_views")
+    assert jv.topic == "job_views" and jv.kind == "events" and jv.key == "user_id"
+    assert all(f.required for f in jv.fields.values())
+    assert c.dataset("company_ceos").tables.latest == "speed.company_ceos_latest"
+    assert c.table_path(jv, "speed") == "/tmp/x/lake/speed/job_views"
+    assert c.table_path(jv, "quarantine") == "/tmp/x/lake/quarantine/job_views"
+    assert c.checkpoint_path(jv) == "/tmp/x/checkpoints/speed/job_views"
+    assert c.profile.speed.trigger_seconds == 5.0
+
+
+def test_topic_defaults_to_dataset_name(conf):
+    edit(conf / "datasets" / "job_views.yaml", lambda d: d.pop("topic", None))
+    assert load_config(conf).dataset("job_views").topic == "job_views"
+
+
+def test_overrides_and_env_bootstrap(conf, monkeypatch):
+    c = load_config(conf, overrides={"kafka.bootstrap_servers": "h1:1,h2:2"})
+    assert c.kafka.bootstrap_servers == "h1:1,h2:2"
+    monkeypatch.setenv("LOGLAKE_KAFKA_BOOTSTRAP", "k:9093")
+    assert load_config(conf).kafka.port == 9093
+
+
+# (file, mutation, key named in the message, fragment of the message)
+BAD_DATASET = [
+    (lambda d: d["schema"]["user_id"].update(type="integer"), "schema.user_id.type", "'string'"),
+    (lambda d: d.update(key="nope"), "key", "key 'nope' is not a field"),
+    (lambda d: d.update(partitions=0), "partitions", "greater than or equal to 1"),
+    (lambda d: d.update(transform="no_colon"), "transform", "package.module:function"),
+    (lambda d: d["schema"]["source"].update(enum=[1, 2]), "schema.source.enum", "not of the field's type"),
+    (lambda d: d["schema"]["duration_ms"].update(min=10, max=1), "schema.duration_ms.min", "greater than max"),
+    (lambda d: d["schema"]["view_id"].update(pattern="(unclosed"), "schema.view_id.pattern", "not a valid regular"),
+    (lambda d: d["schema"].update(_offset={"type": "long"}), "schema", "provenance"),
+    (lambda d: d.update(colour="blue"), "colour", "unknown key"),
+    (lambda d: d.update(kind="table"), "kind", "'events' or 'changelog'"),
+    (lambda d: d["tables"].update(speed="fast.job_views") if "tables" in d else d.update(
+        tables={"speed": "fast.job_views"}), "tables.speed", "<speed|batch|quarantine>.<name>"),
+]
+
+
+@pytest.mark.parametrize("mutate,key,fragment", BAD_DATASET)
+def test_bad_dataset_names_file_and_key(conf, mutate, key, fragment):
+    path = conf / "datasets" / "job_views.yaml"
+    edit(path, mutate)
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    msg = str(e.value)
+    assert str(path) in msg and e.value.file == str(path)
+    assert e.value.key == key, msg
+    assert fragment in msg, msg
+
+
+def test_changelog_needs_latest_table(conf):
+    path = conf / "datasets" / "company_ceos.yaml"
+    edit(path, lambda d: d["tables"].update(latest=None))
+    with pytest.raises(ConfigError, match="tables.latest"):
+        load_config(conf)
+
+
+def test_duplicate_topic_is_rejected(conf):
+    edit(conf / "datasets" / "company_ceos.yaml", lambda d: d.update(topic="job_views"))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.key == "topic" and "already used by dataset 'company_ceos'" in str(e.value)
+
+
+BAD_PROFILE = [
+    (lambda d: d["profiles"]["local"]["kafka"].update(bootstrap_servers="nohost"), "profiles.local.kafka.bootstrap_servers",
+     "host:port"),
+    (lambda d: d["profiles"]["local"]["speed"].update(trigger_interval="soon"), "profiles.local.speed.trigger_interval",
+     "interval"),
+    (lambda d: d["profiles"]["local"]["speed"].update(max_offsets_per_trigger=0),
+     "profiles.local.speed.max_offsets_per_trigger", "greater than or equal to 1"),
+    (lambda d: d["profiles"]["local"]["kafka"].update(bootstrap="x:1"), "profiles.local.kafka.bootstrap", "unknown key"),
+    (lambda d: d.update(default_profile="prod"), "default_profile", "unknown profile 'prod'"),
+]
+
+
+@pytest.mark.parametrize("mutate,key,fragment", BAD_PROFILE)
+def test_bad_profile_names_file_and_key(conf, mutate, key, fragment):
+    path = conf / "loglake.yaml"
+    edit(path, mutate)
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.file == str(path) and e.value.key == key, str(e.value)
+    assert fragment in str(e.value)
+
+
+def test_unset_secret_is_an_error_not_empty(conf, monkeypatch):
+    for var in ("LOGLAKE_KAFKA_BOOTSTRAP", "LOGLAKE_KAFKA_USERNAME"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, profile="cluster")
+    assert "LOGLAKE_KAFKA_BOOTSTRAP is not set" in str(e.value)
+    assert e.value.key == "profiles.cluster.kafka.bootstrap_servers"
+
+
+def test_cluster_profile_expands_environment(conf, monkeypatch):
+    for var, val in {"LOGLAKE_KAFKA_BOOTSTRAP": "b1:9096", "LOGLAKE_KAFKA_USERNAME": "u",
+                     "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_KAFKA_JAAS": "j", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
+                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn"}.items():
+        monkeypatch.setenv(var, val)
+    c = load_config(conf, profile="cluster")
+    assert c.kafka_client_conf()["sasl.password"] == "p"
+    assert c.table_path("job_views", "speed") == "s3a://b/lake/speed/job_views"
+
+
+def test_invalid_yaml_names_file(conf):
+    (conf / "datasets" / "job_views.yaml").write_text("schema: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML") as e:
+        load_config(conf)
+    assert e.value.file.endswith("job_views.yaml")
+
+
+def test_unknown_dataset_lists_known(conf):
+    with pytest.raises(ConfigError, match="known datasets: company_ceos, job_views"):
+        load_config(conf).dataset("nope")
