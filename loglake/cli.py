@@ -34,8 +34,10 @@ def cmd_kafka(config: Config, args) -> int:
         print(f"kafka: {state} at {kafka.bootstrap} (data {config.home / 'kafka'}, log {config.home / 'logs' / 'kafka.log'})")
         return 0
     if args.action == "stop":
-        stopped = embedded_kafka(config).stop()
-        print("kafka: stopped" if stopped else "kafka: not running")
+        kafka = embedded_kafka(config)
+        running = kafka.is_running()
+        kafka.stop()
+        print("kafka: stopped" if running else "kafka: not running")
         return 0
     return kafka_status(config)
 

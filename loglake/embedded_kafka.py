@@ -43,6 +43,7 @@ LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 </Configuration>
 """
 
+_START_MARK = "=== loglake: starting"  # written to kafka.log before each start
 _ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
 
 
@@ -165,10 +166,13 @@ class EmbeddedKafka:
         return bool(md.brokers)
 
     def log_tail(self, n: int = 30) -> str:
+        """The last ``n`` lines of kafka.log written since the latest start."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            lines = self.log_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return f"(no log at {self.log_path})"
+        starts = [i for i, line in enumerate(lines) if line.startswith(_START_MARK)]
+        return "\n".join(lines[starts[-1] if starts else 0:][-n:])
 
     # -- start / stop ---------------------------------------------------------------
 
@@ -199,7 +203,7 @@ class EmbeddedKafka:
             "-cp", classpath, "kafka.Kafka", str(self.props_path),
         ]
         with self.log_path.open("a") as log:
-            log.write(f"\n=== loglake: starting Kafka on {self.bootstrap} at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
+            log.write(f"\n{_START_MARK} Kafka on {self.bootstrap} at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
             log.flush()
             # New session: Ctrl-C in the caller's terminal does not reach the broker, and
             # stop() can signal the JVM's whole process group.
@@ -244,8 +248,8 @@ class EmbeddedKafka:
                 self._proc = None
             return
         # start_new_session made the JVM a group leader; signal the group so nothing lingers.
-        kill = os.killpg if os.getpgid(pid) == pid else os.kill
         try:
+            kill = os.killpg if os.getpgid(pid) == pid else os.kill
             kill(pid, signal.SIGTERM)  # Kafka's shutdown hook: controlled shutdown, flushes logs
             if not self._wait_exit(pid, timeout):
                 kill(pid, signal.SIGKILL)

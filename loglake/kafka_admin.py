@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loglake.config import Config, Dataset
 from loglake.errors import KafkaUnavailableError
 
 TIMEOUT = 15.0
+_RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT,
+              KafkaError._TIMED_OUT}
 
 
 def admin(config: Config) -> AdminClient:
@@ -47,7 +50,8 @@ def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replicat
     if ds.kind == "changelog":
         # A changelog keeps the newest record per key forever (the log is the table).
         cfg.setdefault("cleanup.policy", "compact")
-    fut = admin(config).create_topics([NewTopic(name, ds.partitions, replication, config=cfg)])[name]
+    client = admin(config)  # keep a reference: a collected client cancels its futures
+    fut = client.create_topics([NewTopic(name, ds.partitions, replication, config=cfg)])[name]
     try:
         fut.result(timeout=TIMEOUT)
     except KafkaException as e:
@@ -77,14 +81,31 @@ def end_offsets(config: Config, topic: str) -> dict[int, int]:
 
 
 def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Record ``offsets`` (next offset to read, per partition) as ``group``'s position."""
+    """Record ``offsets`` (next offset to read, per partition) as ``group``'s position.
+
+    Through the admin API: it finds the group coordinator itself, and the group never has
+    live members (the speed layer reads with Spark's own consumers).
+    """
     if not offsets:
         return
-    c = _consumer(config, group)
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
+    client = admin(config)
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            for fut in client.alter_consumer_group_offsets([request], request_timeout=TIMEOUT).values():
+                result = fut.result(timeout=TIMEOUT)
+                failed = [tp.error for tp in result.topic_partitions if tp.error is not None]
+                if failed:
+                    raise KafkaException(failed[0])
+            return
+        except KafkaException as e:
+            err = e.args[0]
+            # The coordinator moves or is still loading __consumer_offsets (first commit on
+            # a fresh broker): retriable, so retry until the deadline.
+            if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
+                raise KafkaUnavailableError(f"committing {group} offsets for {topic} failed: {err}") from None
+            time.sleep(0.5)
 
 
 def group_offsets(config: Config, group: str, topic: str, partitions: int) -> dict[int, int | None]:

@@ -29,6 +29,7 @@ def job_env(config: Config) -> dict[str, str]:
         "LOGLAKE_PROFILE": config.profile_name,
         "LOGLAKE_UNDER_SPARK_SUBMIT": "1",
     })
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
 
 

@@ -31,6 +31,8 @@ def get_spark(config: Config, app_name: str = "loglake"):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # One machine: bind the driver to loopback instead of whatever the hostname resolves to.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

@@ -173,10 +173,12 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     finally:
         spark.streams.removeListener(recorder)
     last = query.lastProgress
-    if last is not None:
-        # Listener events are asynchronous: make sure the final position is recorded.
-        recorder.record(json.dumps(last))
-    return last
+    if last is None:
+        return None
+    # Listener events are asynchronous: make sure the final position is recorded.
+    last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
+    recorder.record(last_json)
+    return json.loads(last_json)
 
 
 def main(argv: list[str] | None = None) -> int:

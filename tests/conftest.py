@@ -29,7 +29,8 @@ def kafka_bootstrap(tmp_path_factory) -> str:
         return
     from loglake.embedded_kafka import EmbeddedKafka, free_port
 
-    kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka-home"), port=free_port(), heap="512m")
+    kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka-home"), port=free_port(), controller_port=free_port(),
+                          heap="512m")
     kafka.start()
     try:
         yield kafka.bootstrap

@@ -1,0 +1,55 @@
+# loglake: `make demo` brings the platform up and shows the speed layer; `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.loglake-installed
+LOGLAKE := $(VENV)/bin/loglake
+
+.PHONY: setup jars test test-unit test-integration demo up down status clean-state
+
+## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central
+setup: $(STAMP) jars
+
+$(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
+	bash setup/system-deps.sh
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "loglake needs Python 3.11, found " + sys.version.split()[0]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+jars: $(STAMP)
+	$(PY) -m loglake.setup_jvm
+
+## test: the whole suite (unit, then integration against a broker it starts itself)
+test: setup
+	$(PY) -m pytest
+
+test-unit: setup
+	$(PY) -m pytest tests/unit
+
+test-integration: setup
+	$(PY) -m pytest tests/integration
+
+## demo: start Kafka, produce sample events, run the speed layer, print what landed
+demo: setup
+	$(LOGLAKE) demo
+
+## up/down: the embedded platform in the background (Kafka + speed streams)
+up: setup
+	$(LOGLAKE) kafka start
+	$(LOGLAKE) speed start
+	@echo "loglake is up: \`$(LOGLAKE) speed status\` shows the streams; \`make down\` stops everything"
+
+down: setup
+	-$(LOGLAKE) speed stop
+	$(LOGLAKE) kafka stop
+
+status: setup
+	$(LOGLAKE) kafka status
+	$(LOGLAKE) speed status
+
+## clean-state: delete the local state directory (topics, tables, checkpoints, logs)
+clean-state: down
+	rm -rf .loglake
