@@ -96,8 +96,6 @@ def speed_command(config: Config, ds: Dataset, available_now: bool) -> list[str]
 
 
 def cmd_speed(config: Config, args) -> int:
-    import subprocess
-
     from loglake.launch import job_env
     from loglake.processes import wait_for
 
@@ -105,11 +103,12 @@ def cmd_speed(config: Config, args) -> int:
         if not args.dataset:
             raise LoglakeError("speed run needs a DATASET")
         ds = config.dataset(args.dataset)
-        _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        code = subprocess.call(speed_command(config, ds, args.available_now), env=job_env(config))
+        code, summary = run_speed_job(config, ds, args.available_now)
         if code == 0:
-            print(f"speed {ds.name}: done in {time.monotonic() - t0:.1f}s")
+            print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} "
+                  f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing, "
+                  f"{time.monotonic() - t0:.1f}s with JVM start")
             _print_tables(config, ds)
         return code
     if args.action == "start":
@@ -169,39 +168,59 @@ def _print_tables(config: Config, ds: Dataset) -> None:
 # --- demo -----------------------------------------------------------------------------
 
 
-def cmd_demo(config: Config, args) -> int:
+def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tuple[int, dict]:
+    """Run the speed job under spark-submit; return its exit code and its summary line."""
     import subprocess
 
     from loglake.launch import job_env
+
+    _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(speed_command(config, ds, available_now), env=job_env(config),
+                          stdout=subprocess.PIPE, text=True)
+    summary = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            summary = json.loads(line)
+        else:
+            print(line)
+    return proc.returncode, summary
+
+
+def cmd_demo(config: Config, args) -> int:
+    from loglake.kafka_admin import watermarks
     from loglake.produce import produce
     from loglake.tables import table_counts
 
     t0 = time.monotonic()
     if config.kafka.embedded:
         embedded_kafka(config).start()
-        print(f"kafka: running at {config.kafka.bootstrap_servers}")
-    produced = {}
+        print(f"kafka: running at {config.kafka.bootstrap_servers} (state {config.home})")
+    ok = True
     for ds in config.datasets.values():
         n = args.count if ds.kind == "events" else max(args.count // 10, 100)
         res = produce(config, ds, n, bad_fraction=args.bad_fraction, progress=True)
-        produced[ds.name] = res
-        print(f"produced {res.records} to {ds.topic}: {res.good} good, {res.bad} malformed ({res.rate:,.0f} rec/s)")
-    ok = True
-    for ds in config.datasets.values():
+        print(f"produced {res.records} records to {ds.topic}: {res.good} good, {res.bad} malformed "
+              f"({res.rate:,.0f} records/s)")
+        before = table_counts(config, ds)
         t1 = time.monotonic()
-        code = subprocess.call(speed_command(config, ds, True), env=job_env(config))
+        code, summary = run_speed_job(config, ds)
         if code:
             print(f"speed {ds.name}: failed with exit code {code}")
             return code
-        wall = time.monotonic() - t1
-        counts = table_counts(config, ds)
-        res = produced[ds.name]
-        landed, quarantined = counts["speed"], counts["quarantine"]
-        print(f"speed {ds.name}: {landed + quarantined} records in {wall:.1f}s (incl. JVM start); "
-              f"speed.{ds.name} {landed} rows, quarantine.{ds.name} {quarantined} rows")
+        after = table_counts(config, ds)
+        landed, quarantined = after["speed"] - before["speed"], after["quarantine"] - before["quarantine"]
+        log_total = sum(hi - lo for lo, hi in watermarks(config, ds.topic).values())
+        rate = summary.get("records_per_second")
+        print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} micro-batch(es), "
+              f"{summary.get('processing_seconds', 0):.1f}s processing ({f'{rate:,} records/s' if rate else 'n/a'}), "
+              f"{time.monotonic() - t1:.1f}s with JVM start")
+        print(f"  this run: speed.{ds.name} +{landed} (produced {res.good} good), "
+              f"quarantine.{ds.name} +{quarantined} (produced {res.bad} malformed)")
+        exact = after["speed"] + after["quarantine"] == log_total
+        print(f"  every offset once: log holds {log_total} records = speed {after['speed']} + quarantine "
+              f"{after['quarantine']}: {'yes' if exact else 'NO'}")
         _print_tables(config, ds)
-        # A demo on an existing state directory also holds earlier runs' records.
-        ok &= landed >= res.good and quarantined >= res.bad
+        ok &= exact and landed == res.good and quarantined == res.bad
     print(f"demo: {'OK' if ok else 'MISMATCH'} in {time.monotonic() - t0:.1f}s")
     return 0 if ok else 1
 

@@ -21,6 +21,8 @@ def spark_conf(config: Config) -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         # Timestamps are stored and shown in UTC whatever the machine's zone.
         "spark.sql.session.timeZone": "UTC",
+        # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={paths.conf_dir() / 'log4j2-spark.properties'}",
     }
     conf.update(config.profile.spark.conf)
     return conf

@@ -156,6 +156,15 @@ def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
     return fs.exists(path) and len(fs.listStatus(path)) > 0
 
 
+def _summary(last: dict | None) -> dict:
+    """Records and processing time of the batches this run made (JVM start excluded)."""
+    batches = (last or {}).get("_batches", {})
+    rows = sum(r for r, _ms in batches.values())
+    secs = sum(ms for _r, ms in batches.values()) / 1000
+    return {"batches": len(batches), "records": rows, "processing_seconds": round(secs, 3),
+            "records_per_second": round(rows / secs) if secs else None}
+
+
 def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
               topic: str | None = None, progress_file: Path | None = None) -> dict | None:
     """Run the speed stream until it ends (available-now) or is stopped; return last progress."""
@@ -178,7 +187,12 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     # Listener events are asynchronous: make sure the final position is recorded.
     last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
     recorder.record(last_json)
-    return json.loads(last_json)
+    batches = {}  # batch id → (input rows, trigger ms), from the query's own record
+    for p in query.recentProgress:
+        p = json.loads(p.json) if hasattr(p, "json") else p
+        if p.get("numInputRows"):
+            batches[p["batchId"]] = (p["numInputRows"], p.get("durationMs", {}).get("triggerExecution", 0))
+    return {**json.loads(last_json), "_batches": batches}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     last = run_speed(spark, config, ds, available_now=args.available_now,
                      progress_file=Path(args.progress_file) if args.progress_file else None)
     print(json.dumps({"dataset": ds.name, "seconds": round(time.monotonic() - started, 3),
-                      "last_batch": last and last.get("batchId")}))
+                      **_summary(last)}))
+    spark.stop()  # drains the listener bus before Python goes away
     return 0
 
 
