@@ -1,0 +1,102 @@
+"""The ``loglake`` command line, as an operator runs it: real broker, real Spark, real Delta."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from loglake.embedded_kafka import free_port
+from loglake.kafka_admin import group_offsets, watermarks
+from loglake.processes import Managed, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def loglake(config, *args, timeout=300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_bad_arguments_are_rejected_with_the_name(make_config):
+    config = make_config()
+    r = loglake(config, "produce", "nope", "--count", "1")
+    assert r.returncode == 2 and "unknown dataset 'nope'; known datasets: company_ceos, job_views" in r.stderr
+    r = loglake(config, "produce", "job_views", "--count", "10", "--bad-fraction", "2")
+    assert r.returncode == 2 and "--bad-fraction must be within [0, 1], found 2.0" in r.stderr
+    r = loglake(config, "speed", "run", "job_views")
+    assert r.returncode == 2 and "--available-now" in r.stderr
+
+
+def test_produce_then_supervised_stream_start_status_stop(make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    r = loglake(config, "produce", "job_views", "--count", "600", "--bad-fraction", "0.1", "--seed", "7", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "produced 600 records to" in r.stdout and "540 good, 60 malformed" in r.stdout
+
+    r = loglake(config, "speed", "start", "job_views", "--wait", "180")
+    assert r.returncode == 0, r.stderr + r.stdout
+    proc = Managed(config.home, "speed-job_views")
+    try:
+        ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+        wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
+                 "the stream's committed position to reach the log end", log=proc)
+        status = loglake(config, "speed", "status", "job_views")
+        assert status.returncode == 0, status.stderr
+        assert f"running (pid {proc.pid()})" in status.stdout
+        assert status.stdout.count("lag 0") == ds.partitions
+
+        # Start is idempotent: a second start reports the running stream.
+        again = loglake(config, "speed", "start", "job_views")
+        assert "already running" in again.stdout
+
+        # New records are picked up by the running stream.
+        loglake(config, "produce", "job_views", "--count", "100", "--seed", "8", "--quiet")
+        ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+        wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
+                 "the stream to pick up new records", log=proc)
+    finally:
+        pid = proc.pid()
+        stop = loglake(config, "speed", "stop", "job_views")
+    assert "speed job_views: stopped" in stop.stdout
+    assert proc.pid() is None
+    # Nothing of the stream's process group is left behind (supervisor, spark-submit, JVM, python).
+    from loglake.processes import _group_alive
+    assert pid is not None and not _group_alive(pid)
+
+    from deltalake import DeltaTable
+    speed = DeltaTable(config.table_path(ds, "speed")).to_pyarrow_table(columns=["_partition", "_offset"])
+    quarantine = DeltaTable(config.table_path(ds, "quarantine")).to_pyarrow_table(columns=["_partition", "_offset"])
+    assert speed.num_rows == 640 and quarantine.num_rows == 60
+    keys = set(zip(speed.column("_partition").to_pylist(), speed.column("_offset").to_pylist()))
+    assert len(keys) == 640
+
+
+def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
+    port = free_port()
+    config = make_config()
+    conf = config.conf_dir / "loglake.yaml"
+    data = yaml.safe_load(conf.read_text())
+    data["profiles"]["test"]["kafka"] = {"bootstrap_servers": f"localhost:{port}", "embedded": True}
+    conf.write_text(yaml.safe_dump(data))
+    try:
+        r = loglake(config, "kafka", "start")
+        assert r.returncode == 0, r.stderr
+        assert f"started in" in r.stdout and f"localhost:{port}" in r.stdout
+        again = loglake(config, "kafka", "start")
+        assert "already running" in again.stdout
+        loglake(config, "produce", "job_views", "--count", "60", "--quiet")
+        status = loglake(config, "kafka", "status")
+        assert status.returncode == 0, status.stderr
+        assert f"{config.dataset('job_views').topic}: 6 partition(s), 60 retained offset(s)" in status.stdout
+    finally:
+        stop = loglake(config, "kafka", "stop")
+    assert "kafka: stopped" in stop.stdout
+    down = loglake(config, "kafka", "status", timeout=60)
+    assert down.returncode == 2 and "did not answer" in down.stderr
