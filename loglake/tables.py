@@ -1,8 +1,10 @@
-"""Quick reads of loglake's Delta tables without a JVM (delta-rs), for the CLI and status."""
+"""Quick reads of loglake's Delta tables without a JVM (delta-rs), for the CLI and status.
+
+Queries go through delta-rs' own SQL engine (``QueryBuilder``), not a pyarrow dataset
+scan: pyarrow's scanner threads could abort the interpreter at exit on this stack.
+"""
 
 from __future__ import annotations
-
-from collections import Counter
 
 from loglake.config import Config, Dataset
 
@@ -17,30 +19,37 @@ def _open(path: str):
         return None
 
 
+def query(table, sql: str) -> list[dict]:
+    """Run ``sql`` over ``table`` registered as ``t``; rows as dicts."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register("t", table).execute(sql).read_all()).to_pylist()
+
+
+def _count(table) -> int:
+    return 0 if table is None else query(table, "SELECT count(*) AS n FROM t")[0]["n"]
+
+
 def table_counts(config: Config, ds: Dataset) -> dict[str, int]:
-    """Row count of each of the dataset's tables that exist (0 for missing ones)."""
-    counts = {}
+    """Row count of each of the dataset's tables (0 for tables not created yet)."""
     layers = ["speed", "quarantine", "batch"] + (["latest"] if ds.kind == "changelog" else [])
-    for layer in layers:
-        t = _open(config.table_path(ds, layer))
-        counts[layer] = 0 if t is None else t.to_pyarrow_dataset().count_rows()
-    return counts
+    return {layer: _count(_open(config.table_path(ds, layer))) for layer in layers}
 
 
 def table_summary(config: Config, ds: Dataset) -> list[str]:
     """Lines describing each table: rows, version, files, and quarantine reasons."""
     lines = []
-    layers = ["speed", "quarantine"] + (["latest"] if ds.kind == "changelog" else [])
-    for layer in layers:
+    for layer in ["speed", "quarantine"] + (["latest"] if ds.kind == "changelog" else []):
         path = config.table_path(ds, layer)
         t = _open(path)
         name = getattr(ds.tables, layer)
         if t is None:
             lines.append(f"{name}: no table yet at {path}")
             continue
-        data = t.to_pyarrow_dataset()
-        lines.append(f"{name}: {data.count_rows()} rows, version {t.version()}, {len(t.file_uris())} files ({path})")
-        if layer == "quarantine" and data.count_rows():
-            reasons = Counter(data.to_table(columns=["reason_code"]).column("reason_code").to_pylist())
-            lines.append("  reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+        rows = _count(t)
+        lines.append(f"{name}: {rows} rows, version {t.version()}, {len(t.file_uris())} files ({path})")
+        if layer == "quarantine" and rows:
+            reasons = query(t, "SELECT reason_code, count(*) AS n FROM t GROUP BY reason_code ORDER BY n DESC, reason_code")
+            lines.append("  reasons: " + ", ".join(f"{r['reason_code']} {r['n']}" for r in reasons))
     return lines
