@@ -107,7 +107,8 @@ def cmd_speed(config: Config, args) -> int:
         code, summary = run_speed_job(config, ds, args.available_now)
         if code == 0:
             print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} "
-                  f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing, "
+                  f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing "
+                  f"({summary.get('records_per_second') or 0:,} records/s), "
                   f"{time.monotonic() - t0:.1f}s with JVM start")
             _print_tables(config, ds)
         return code
