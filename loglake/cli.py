@@ -169,15 +169,13 @@ def _print_tables(config: Config, ds: Dataset) -> None:
 # --- demo -----------------------------------------------------------------------------
 
 
-def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tuple[int, dict]:
-    """Run the speed job under spark-submit; return its exit code and its summary line."""
+def run_job(config: Config, cmd: list[str]) -> tuple[int, dict]:
+    """Run a spark-submit command; return its exit code and its JSON summary line."""
     import subprocess
 
     from loglake.launch import job_env
 
-    _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(speed_command(config, ds, available_now), env=job_env(config),
-                          stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, env=job_env(config), stdout=subprocess.PIPE, text=True)
     summary = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -185,6 +183,79 @@ def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tu
         else:
             print(line)
     return proc.returncode, summary
+
+
+def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tuple[int, dict]:
+    """Run the speed job under spark-submit; return its exit code and its summary line."""
+    _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
+    return run_job(config, speed_command(config, ds, available_now))
+
+
+# --- batch, backfill, query -----------------------------------------------------------
+
+
+def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
+    """Print the plan; unless dry-run, recompute it with the batch job and print a summary."""
+    from datetime import datetime, timezone
+
+    from loglake.launch import spark_submit
+
+    print(plan.describe())
+    if dry_run:
+        print("dry run: nothing recomputed")
+        return 0
+    if plan.empty:
+        print(f"{ds.name}: nothing to recompute (the batch layer is at the log end)")
+        return 0
+    run_id = f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{plan.kind}"
+    t0 = time.monotonic()
+    code, summary = run_job(config, spark_submit(config, "batch", [
+        "--dataset", ds.name, "--plan", plan.to_json(), "--run-id", run_id]))
+    if code:
+        print(f"{plan.kind} {ds.name}: failed with exit code {code}", file=sys.stderr)
+        return code
+    rate = summary.get("records_per_second")
+    print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
+          f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
+          f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
+    from loglake.status import dataset_status, format_status
+    print("\n".join(format_status(ds, dataset_status(config, ds))))
+    return 0
+
+
+def cmd_batch(config: Config, args) -> int:
+    from loglake.planning import plan_batch
+
+    ds = config.dataset(args.dataset)
+    return run_plan(config, ds, plan_batch(config, ds), args.dry_run)
+
+
+def cmd_backfill(config: Config, args) -> int:
+    from loglake.planning import plan_backfill
+
+    ds = config.dataset(args.dataset)
+    plan = plan_backfill(config, ds, ranges=args.range, from_ts=args.from_ts, to_ts=args.to_ts)
+    return run_plan(config, ds, plan, args.dry_run)
+
+
+def cmd_query(config: Config, args) -> int:
+    from spark_jobs.serving import query
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(config, "loglake-query")
+    try:
+        df = query(spark, config, args.sql, args.as_of)
+        pdf = df.limit(args.limit).toPandas() if args.limit else df.toPandas()
+        if args.format == "csv":
+            print(pdf.to_csv(index=False), end="")
+        elif args.format == "json":
+            print(pdf.to_json(orient="records", lines=True, date_format="iso"), end="")
+        else:
+            print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
+            print(f"({len(pdf)} row{'s' if len(pdf) != 1 else ''})")
+    finally:
+        spark.stop()
+    return 0
 
 
 def cmd_demo(config: Config, args) -> int:
@@ -253,6 +324,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run: process what the topic holds now, then exit")
     s.add_argument("--wait", type=float, default=0, help="start: wait up to N s for the first batch")
 
+    b = sub.add_parser("batch", help="recompute every partition from its batch watermark to the log end")
+    b.add_argument("dataset")
+    b.add_argument("--dry-run", action="store_true", help="print the plan only")
+
+    bf = sub.add_parser("backfill", help="recompute exact offset ranges (or a time window) of a dataset")
+    bf.add_argument("dataset")
+    bf.add_argument("--range", action="append", metavar="P:START-END",
+                    help="partition P, offsets [START, END); repeat for several")
+    bf.add_argument("--from", dest="from_ts", metavar="TS", help="ISO-8601 start (offsets-for-times)")
+    bf.add_argument("--to", dest="to_ts", metavar="TS", help="ISO-8601 end, exclusive")
+    bf.add_argument("--dry-run", action="store_true", help="print the plan only")
+
+    q = sub.add_parser("query", help="Spark SQL over serving views and raw tables")
+    q.add_argument("sql")
+    q.add_argument("--as-of", help="Delta VERSION (raw tables) or TIMESTAMP (everything, consistent)")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--limit", type=int, default=0, help="at most N rows (0: all)")
+
     d = sub.add_parser("demo", help="start Kafka, produce sample events, run the speed layer, print the tables")
     d.add_argument("--count", type=int, default=20_000)
     d.add_argument("--bad-fraction", type=float, default=0.02)
@@ -276,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
-        handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo}[args.command]
+        handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
+                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query}[args.command]
         return handler(config, args)
     except LoglakeError as e:
         print(f"loglake: error: {e}", file=sys.stderr)

@@ -80,6 +80,18 @@ def end_offsets(config: Config, topic: str) -> dict[int, int]:
     return {p: hi for p, (_lo, hi) in watermarks(config, topic).items()}
 
 
+def offsets_for_times(config: Config, topic: str, timestamp_ms: int) -> dict[int, int]:
+    """Per partition, the first offset whose record timestamp is >= ``timestamp_ms``
+    (the end offset where no such record exists yet)."""
+    marks = watermarks(config, topic)
+    c = _consumer(config)
+    try:
+        found = c.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in marks], timeout=TIMEOUT)
+    finally:
+        c.close()
+    return {tp.partition: (tp.offset if tp.offset >= 0 else marks[tp.partition][1]) for tp in found}
+
+
 def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
     """Record ``offsets`` (next offset to read, per partition) as ``group``'s position.
 

@@ -44,3 +44,22 @@ def spark_submit(config: Config, job: str, args: list[str]) -> list[str]:
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py"), *args]
+
+
+def submit_spec(config: Config, job: str) -> dict:
+    """What SparkSubmitOperator needs to run ``spark_jobs/<job>.py`` like ``spark_submit`` does."""
+    from spark_jobs.session import spark_conf
+
+    conf = spark_conf(config)
+    env = job_env(config)
+    keep = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "LOGLAKE_HOME", "LOGLAKE_CONF",
+            "LOGLAKE_PROFILE", "LOGLAKE_UNDER_SPARK_SUBMIT", "SPARK_LOCAL_IP", "LOGLAKE_CACHE", "JAVA_HOME", "PATH")
+    return {
+        "application": str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py"),
+        "jars": conf.pop("spark.jars"),
+        "driver_memory": conf.pop("spark.driver.memory"),
+        "conf": conf,
+        "env_vars": {k: env[k] for k in keep if k in env},
+        "name": f"loglake-{job}",
+        "spark_binary": spark_submit_bin(),
+    }

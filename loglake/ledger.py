@@ -1,0 +1,36 @@
+"""The offsets ledger: which ranges the batch layer has recomputed, and so the watermarks.
+
+A Delta table at ``<lake>/_ledger/offsets`` with one row per completed range: dataset,
+topic, partition, start, end, records, quarantined, run_id, committed_at. It is written
+by the batch job (Spark) after the range's rows are committed, and read here without a
+JVM (delta-rs), so planning in an Airflow task or the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+from loglake.config import Config, Dataset
+from loglake.planning import compute_watermarks
+
+COLUMNS = ["dataset", "topic", "partition", "start", "end", "records", "quarantined", "run_id", "committed_at"]
+
+
+def ledger_path(config: Config) -> str:
+    return f"{config.lake_root.rstrip('/')}/_ledger/offsets"
+
+
+def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
+    """The ledger's rows of ``ds`` on its current topic (empty when nothing ran yet)."""
+    from loglake.tables import _open, query
+
+    table = _open(ledger_path(config))
+    if table is None:
+        return []
+    name = ds.name.replace("'", "''")
+    topic = ds.topic.replace("'", "''")
+    return query(table, f"SELECT * FROM t WHERE dataset = '{name}' AND topic = '{topic}' "
+                        "ORDER BY \"partition\", start, committed_at")
+
+
+def watermarks(config: Config, ds: Dataset) -> dict[int, int]:
+    """Per partition, the batch watermark W_p (absent where batch never ran)."""
+    return compute_watermarks(ledger_rows(config, ds))

@@ -1,0 +1,138 @@
+"""The serving view and SQL over every table: batch below the watermark, speed above it.
+
+Per partition p with batch watermark W_p, the serving view of an events dataset is the
+batch rows with ``_offset < W_p`` plus the speed rows with ``_offset >= W_p``: disjoint
+by construction, so counts and sums over it are exact. For a changelog dataset it is the
+batch latest state (as of W_p) with the speed changes at or above W_p folded on top:
+newest offset per key wins, tombstones delete.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from loglake.config import Config, Dataset
+from loglake.errors import ConfigError
+from loglake.ledger import ledger_path
+from loglake.planning import compute_watermarks
+
+_VERSION = re.compile(r"^\d+$")
+
+
+def below_watermark(watermarks: Mapping[int, int]) -> str:
+    """SQL predicate: the row's offset is below its partition's watermark."""
+    if not watermarks:
+        return "false"
+    return " OR ".join(f"(_partition = {p} AND _offset < {w})" for p, w in sorted(watermarks.items()))
+
+
+def events_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+                    columns: list[str]) -> str:
+    below = below_watermark(watermarks)
+    cols = ", ".join(f"`{c}`" for c in columns)
+    parts = []
+    if batch:
+        parts.append(f"SELECT {cols} FROM {batch} WHERE {below}")
+    if speed:
+        parts.append(f"SELECT {cols} FROM {speed} WHERE NOT ({below})")
+    return " UNION ALL ".join(parts)
+
+
+def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+                       key: str, columns: list[str]) -> str:
+    below = below_watermark(watermarks)
+    cols = ", ".join(f"`{c}`" for c in columns)
+    parts = []
+    if batch:
+        parts.append(f"SELECT {cols}, false AS _deleted FROM {batch} WHERE {below}")
+    if speed:
+        parts.append(f"SELECT {cols}, _deleted FROM {speed} WHERE NOT ({below})")
+    union = " UNION ALL ".join(parts)
+    return (f"SELECT {cols} FROM (SELECT *, row_number() OVER (PARTITION BY `{key}` "
+            f"ORDER BY _offset DESC, _partition DESC) AS _rank FROM ({union})) WHERE _rank = 1 AND NOT _deleted")
+
+
+def _as_of_clause(as_of: str | None) -> str:
+    if as_of is None:
+        return ""
+    if _VERSION.match(as_of):
+        return f" VERSION AS OF {int(as_of)}"
+    return f" TIMESTAMP AS OF '{as_of}'"
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    from spark_jobs.delta_io import table_exists
+
+    return table_exists(spark, path)
+
+
+def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str | None = None) -> dict[int, int]:
+    """Watermarks from the ledger (as of a timestamp, for a consistent time-travel view)."""
+    path = ledger_path(config)
+    if not _exists(spark, path):
+        return {}
+    sql = f"SELECT `partition`, start, `end` FROM delta.`{path}`{_as_of_clause(as_of)} WHERE dataset = '{ds.name}' " \
+          f"AND topic = '{ds.topic}'"
+    return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()])
+
+
+def register_tables(spark: SparkSession, config: Config, as_of: str | None = None) -> list[str]:
+    """Register ``speed.*``, ``batch.*``, ``quarantine.*`` and each dataset's serving view.
+
+    ``as_of``: a Delta version (each raw table at that version; serving views need a
+    consistent snapshot, so they are registered only for a timestamp) or a timestamp
+    (every table and the ledger as of then). Returns the names registered.
+    """
+    if as_of is not None and _VERSION.match(as_of) is None:
+        from loglake.planning import parse_timestamp
+        parse_timestamp(as_of, "--as-of")  # a clear error for a malformed timestamp
+    clause = _as_of_clause(as_of)
+    names = []
+    for schema in ("speed", "batch", "quarantine"):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    quarantine_seen = set()
+    for ds in config.datasets.values():
+        present = {}
+        for layer in ("speed", "batch", "quarantine", "latest"):
+            name = getattr(ds.tables, layer)
+            if name is None or name in quarantine_seen:
+                continue
+            path = config.table_path(ds, layer)
+            if not _exists(spark, path):
+                continue
+            spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}`{clause}")
+            present[layer] = name
+            names.append(name)
+        if as_of is not None and _VERSION.match(as_of):
+            continue
+        if "speed" not in present and "batch" not in present:
+            continue
+        marks = read_watermarks(spark, config, ds, as_of)
+        source = present.get("batch") or present["speed"]
+        columns = [c for c in spark.table(source).columns if c != "_deleted"]
+        if ds.kind == "changelog":
+            sql = changelog_view_sql(present.get("batch"), present.get("speed"), marks, ds.key, columns)
+        else:
+            sql = events_view_sql(present.get("batch"), present.get("speed"), marks, columns)
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW `{ds.name}` AS {sql}")
+        names.append(ds.name)
+    return names
+
+
+def serving_view(spark: SparkSession, config: Config, ds: Dataset | str, as_of: str | None = None) -> DataFrame:
+    """The serving view of one dataset as a DataFrame."""
+    ds = config.dataset(ds) if isinstance(ds, str) else ds
+    names = register_tables(spark, config, as_of)
+    if ds.name not in names:
+        raise ConfigError(f"dataset {ds.name} has no speed or batch table yet (run the speed layer or a batch)",
+                          key="dataset")
+    return spark.table(f"`{ds.name}`")
+
+
+def query(spark: SparkSession, config: Config, sql: str, as_of: str | None = None) -> DataFrame:
+    """Run Spark SQL with every table and serving view registered; returns the DataFrame."""
+    register_tables(spark, config, as_of)
+    return spark.sql(sql)

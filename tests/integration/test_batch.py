@@ -1,0 +1,197 @@
+"""The batch layer and the serving view against a real broker, real Spark and real Delta."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from loglake.config import load_config
+from loglake.errors import DataLossError
+from loglake.kafka_admin import admin, dataset_state, ensure_topic, watermarks
+from loglake.launch import job_env, spark_submit
+from loglake.ledger import ledger_rows
+from loglake.ledger import watermarks as batch_watermarks
+from loglake.offsets import OffsetRange
+from loglake.planning import ParamError, Plan, plan_backfill, plan_batch
+from loglake.processes import Managed, wait_for
+from loglake.produce import produce
+from spark_jobs import parse
+from spark_jobs.batch import read_ranges, run_batch
+from spark_jobs.serving import serving_view
+from spark_jobs.speed import run_speed
+
+from tests.conftest import write_conf
+
+pytestmark = pytest.mark.integration
+
+
+def row_hashes(spark, path) -> list[str]:
+    df = spark.read.format("delta").load(path)
+    return sorted(r[0] for r in df.select(F.sha2(F.to_json(F.struct(*sorted(df.columns))), 256)).collect())
+
+
+def full_log(config, ds) -> Plan:
+    return Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in watermarks(config, ds.topic).items()))
+
+
+def recompute_everything(spark, config, ds):
+    """The reference: every record the log holds, through the same parse/validate/transform."""
+    validated = parse.validate(read_ranges(spark, config, list(full_log(config, ds).ranges)), ds)
+    return parse.apply_transform(parse.valid_rows(validated, ds), ds)
+
+
+def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 2000, bad_fraction=0.05, seed=51)
+    plan = plan_batch(config, ds)
+    assert plan.offsets == 2000 and {r.start for r in plan.ranges} == {0}
+    first = run_batch(spark, config, ds, plan, "run-1")
+    assert (first["records"], first["quarantined"]) == (res.good, res.bad)
+    batch_path, q_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
+    hashes = row_hashes(spark, batch_path), row_hashes(spark, q_path)
+    assert len(hashes[0]) == res.good and len(hashes[1]) == res.bad
+    run_batch(spark, config, ds, plan, "run-2")
+    assert (row_hashes(spark, batch_path), row_hashes(spark, q_path)) == hashes
+    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e > 0}
+    assert {r["run_id"] for r in ledger_rows(config, ds)} == {"run-1", "run-2"}
+    assert sum(r["records"] for r in ledger_rows(config, ds) if r["run_id"] == "run-1") == res.good
+    # Nothing new: the scheduled plan is empty.
+    assert plan_batch(config, ds).empty
+
+
+def test_backfill_replaces_only_its_range(spark, make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 600, seed=52)
+    run_batch(spark, config, ds, plan_batch(config, ds), "all")
+    before = row_hashes(spark, config.table_path(ds, "batch"))
+    end0 = watermarks(config, ds.topic)[0][1]
+    plan = plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"])
+    assert plan.ranges == (OffsetRange(ds.topic, 0, 0, end0 // 2),)
+    run_batch(spark, config, ds, plan, "backfill")
+    assert row_hashes(spark, config.table_path(ds, "batch")) == before
+    with pytest.raises(ParamError) as e:
+        plan_backfill(config, ds, ranges=["0:0-5", f"9:0-1"])
+    assert e.value.field == "ranges[1].partition"
+
+
+def test_backfill_by_time_window(spark, make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 300, seed=53)
+    time.sleep(1.1)
+    middle = datetime.now(timezone.utc).isoformat()
+    time.sleep(1.1)
+    produce(config, ds, 200, seed=54)
+    after = datetime.now(timezone.utc).isoformat()
+    plan = plan_backfill(config, ds, from_ts=middle, to_ts=after)
+    assert plan.offsets == 200
+    early = plan_backfill(config, ds, from_ts="2000-01-01T00:00:00Z", to_ts=middle)
+    assert early.offsets == 300 and all(r.start == 0 for r in early.ranges)
+
+
+def test_killed_mid_write_then_rerun_is_identical(spark, make_config, kafka_bootstrap, tmp_path):
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 30_000, bad_fraction=0.02, seed=55)
+    plan = plan_batch(config, ds)
+    run_batch(spark, config, ds, plan, "reference")
+    reference = row_hashes(spark, config.table_path(ds, "batch")), row_hashes(spark, config.table_path(ds, "quarantine"))
+
+    # Same topic, a second lake: kill a batch job while it writes, then run it again.
+    suffix = ds.topic.rsplit("-", 1)[1]
+    other = load_config(write_conf(tmp_path / "b", kafka_bootstrap, topic_suffix=suffix), home=tmp_path / "b" / "state")
+    batch_dir = Path(other.table_path(ds, "batch"))
+    proc = Managed(other.home, "batch-job_views")
+    proc.start(spark_submit(other, "batch", ["--dataset", ds.name, "--plan", plan.to_json(), "--run-id", "killed"]),
+               env=job_env(other))
+    try:
+        wait_for(lambda: any(batch_dir.glob("*.parquet")), 180, "the batch job to start writing", 0.05, log=proc)
+        proc.kill()
+        wait_for(lambda: proc.pid() is None, 30, "the killed job to be gone")
+    finally:
+        proc.stop(timeout=5)
+    assert not ledger_rows(other, ds), "the kill must land before the ledger write for this test to mean anything"
+    run_batch(spark, other, ds, plan, "rerun")
+    assert (row_hashes(spark, other.table_path(ds, "batch")),
+            row_hashes(spark, other.table_path(ds, "quarantine"))) == reference
+
+
+def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config):
+    from loglake.cli import speed_command
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 3000, bad_fraction=0.05, seed=56)
+    # Batch covers the first half of every partition; speed covers everything, and keeps running.
+    half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in watermarks(config, ds.topic).items()))
+    run_batch(spark, config, ds, half, "half")
+    proc = Managed(config.home, "speed-job_views")
+    proc.start(speed_command(config, ds, available_now=False), env=job_env(config))
+    try:
+        produce(config, ds, 1000, bad_fraction=0.05, seed=57)
+
+        def caught_up():
+            return all(s.speed_position == s.end for s in dataset_state(config, ds))
+
+        wait_for(caught_up, 240, "the running speed layer to reach the log end", 0.5, log=proc)
+        view = serving_view(spark, config, ds)
+        reference = recompute_everything(spark, config, ds)
+        assert view.count() == reference.count() == view.select("_partition", "_offset").distinct().count()
+        sums = lambda df: {r["user_id"]: (r["n"], r["d"]) for r in df.groupBy("user_id").agg(
+            F.count("*").alias("n"), F.sum("duration_ms").alias("d")).collect()}
+        assert sums(view) == sums(reference)
+        assert proc.pid() is not None  # the stream was running throughout
+    finally:
+        proc.stop(timeout=10)
+    marks = batch_watermarks(config, ds)
+    assert marks == {r.partition: r.end for r in half.ranges if r.size}
+
+
+def test_offsets_deleted_by_retention_are_a_data_loss_error(spark, make_config):
+    from confluent_kafka import TopicPartition
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    # A topic with tiny retention; then force the deletion (DeleteRecords moves the log start).
+    ensure_topic(config, ds, extra={"retention.ms": "1000", "segment.bytes": "1048576"})
+    produce(config, ds, 600, seed=58)
+    plan = plan_batch(config, ds)
+    client = admin(config)
+    deleted = {tp.partition: 5 for tp in [TopicPartition(ds.topic, 0)]}
+    for fut in client.delete_records([TopicPartition(ds.topic, 0, 5)]).values():
+        fut.result(timeout=30)
+    assert watermarks(config, ds.topic)[0][0] == deleted[0]
+    with pytest.raises(DataLossError) as e:
+        run_batch(spark, config, ds, plan, "lossy")
+    assert (e.value.topic, e.value.partition, e.value.missing_start, e.value.missing_end) == (ds.topic, 0, 0, 5)
+    assert not ledger_rows(config, ds)
+    with pytest.raises(DataLossError, match=rf"{ds.topic}\[0\] offsets \[0, 5\)"):
+        plan_backfill(config, ds, ranges=["0:0-5"])
+
+
+def test_changelog_rebuild_equals_last_value_per_key(spark, make_config):
+    config = make_config()
+    ds = config.dataset("company_ceos")
+    first = produce(config, ds, 1200, bad_fraction=0.05, seed=61)
+    second = produce(config, ds, 800, bad_fraction=0.05, seed=62)
+    expected = {k: v for k, v in {**first.last_value, **second.last_value}.items() if v is not None}
+    plan = plan_batch(config, ds)
+    assert plan.kind == "rebuild"
+    summary = run_batch(spark, config, ds, plan, "rebuild")
+    assert summary["records"] == first.good + second.good
+    got = {r["company_id"]: r["ceo"] for r in spark.read.format("delta").load(config.table_path(ds, "batch")).collect()}
+    assert got == {k: v["ceo"] for k, v in expected.items()}
+
+    # The serving view folds speed changes above the watermark onto the batch state.
+    third = produce(config, ds, 300, seed=63)
+    run_speed(spark, config, ds, available_now=True)
+    expected = {k: v for k, v in {**first.last_value, **second.last_value, **third.last_value}.items()}
+    view = {r["company_id"]: r["ceo"] for r in serving_view(spark, config, ds).collect()}
+    assert view == {k: v["ceo"] for k, v in expected.items() if v is not None}
