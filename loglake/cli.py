@@ -242,9 +242,22 @@ def cmd_query(config: Config, args) -> int:
     from spark_jobs.serving import query
     from spark_jobs.session import get_spark
 
-    spark = get_spark(config, "loglake-query")
+    # No stage progress bars: the result is the output.
+    spark = get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"})
+    import logging
+
+    from pyspark.errors import AnalysisException
+    # PySpark logs every failed analysis as a JSON blob; the error below says it plainly.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
-        df = query(spark, config, args.sql, args.as_of)
+        try:
+            df = query(spark, config, args.sql, args.as_of)
+        except AnalysisException as e:
+            from spark_jobs.serving import register_tables
+            names = register_tables(spark, config, args.as_of)
+            first = str(e).strip().splitlines()[0]
+            raise LoglakeError(f"{first}\n  tables{' as of ' + args.as_of if args.as_of else ''}: "
+                               f"{', '.join(names) or 'none yet'}") from None
         pdf = df.limit(args.limit).toPandas() if args.limit else df.toPandas()
         if args.format == "csv":
             print(pdf.to_csv(index=False), end="")

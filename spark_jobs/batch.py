@@ -60,6 +60,19 @@ def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) 
     return spark.read.format("kafka").options(**opts).load()
 
 
+def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> DataFrame:
+    """What the serving view must equal: the whole retained log through the same code.
+
+    Events: every valid record, transformed. Changelog: the latest state by key.
+    """
+    log = log_state(config, ds.topic)
+    ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
+    valid = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
+    if ds.kind == "changelog":
+        return delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+    return valid
+
+
 def range_predicate(ranges: list[OffsetRange]) -> str:
     """SQL predicate selecting exactly the offsets of ``ranges`` (for replaceWhere)."""
     return " OR ".join(f"(_partition = {r.partition} AND _offset >= {r.start} AND _offset < {r.end})"

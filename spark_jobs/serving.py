@@ -55,12 +55,31 @@ def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Mapping
             f"ORDER BY _offset DESC, _partition DESC) AS _rank FROM ({union})) WHERE _rank = 1 AND NOT _deleted")
 
 
-def _as_of_clause(as_of: str | None) -> str:
+def version_at(path: str, timestamp_ms: int) -> int | None:
+    """The table's version as of ``timestamp_ms`` (None if it did not exist yet).
+
+    Unlike Delta's ``TIMESTAMP AS OF``, a time after the last commit is fine: the table
+    then was what its last commit made it.
+    """
+    from loglake.tables import _open
+
+    table = _open(path)
+    if table is None:
+        return None
+    versions = [h["version"] for h in table.history() if h.get("timestamp", 0) <= timestamp_ms]
+    return max(versions) if versions else None
+
+
+def _as_of_clause(path: str, as_of: str | None) -> str | None:
+    """``VERSION AS OF n`` for ``as_of``; None when the table did not exist at that time."""
     if as_of is None:
         return ""
     if _VERSION.match(as_of):
         return f" VERSION AS OF {int(as_of)}"
-    return f" TIMESTAMP AS OF '{as_of}'"
+    from loglake.planning import parse_timestamp
+
+    version = version_at(path, parse_timestamp(as_of, "--as-of"))
+    return None if version is None else f" VERSION AS OF {version}"
 
 
 def _exists(spark: SparkSession, path: str) -> bool:
@@ -72,9 +91,10 @@ def _exists(spark: SparkSession, path: str) -> bool:
 def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str | None = None) -> dict[int, int]:
     """Watermarks from the ledger (as of a timestamp, for a consistent time-travel view)."""
     path = ledger_path(config)
-    if not _exists(spark, path):
+    clause = _as_of_clause(path, as_of) if _exists(spark, path) else None
+    if clause is None:
         return {}
-    sql = f"SELECT `partition`, start, `end` FROM delta.`{path}`{_as_of_clause(as_of)} WHERE dataset = '{ds.name}' " \
+    sql = f"SELECT `partition`, start, `end` FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' " \
           f"AND topic = '{ds.topic}'"
     return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()])
 
@@ -86,22 +106,20 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
     consistent snapshot, so they are registered only for a timestamp) or a timestamp
     (every table and the ledger as of then). Returns the names registered.
     """
-    if as_of is not None and _VERSION.match(as_of) is None:
-        from loglake.planning import parse_timestamp
-        parse_timestamp(as_of, "--as-of")  # a clear error for a malformed timestamp
-    clause = _as_of_clause(as_of)
     names = []
     for schema in ("speed", "batch", "quarantine"):
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
-    quarantine_seen = set()
     for ds in config.datasets.values():
         present = {}
         for layer in ("speed", "batch", "quarantine", "latest"):
             name = getattr(ds.tables, layer)
-            if name is None or name in quarantine_seen:
+            if name is None:
                 continue
             path = config.table_path(ds, layer)
             if not _exists(spark, path):
+                continue
+            clause = _as_of_clause(path, as_of)
+            if clause is None:  # the table did not exist yet at that time
                 continue
             spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}`{clause}")
             present[layer] = name

@@ -21,6 +21,9 @@ def spark_conf(config: Config) -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         # Timestamps are stored and shown in UTC whatever the machine's zone.
         "spark.sql.session.timeZone": "UTC",
+        # Delta rebuilds a table's state with this many tasks; 50 (the default) is pure
+        # overhead for loglake's tables on a few cores.
+        "spark.databricks.delta.snapshotPartitions": "2",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={paths.conf_dir() / 'log4j2-spark.properties'}",
     }
@@ -28,7 +31,7 @@ def spark_conf(config: Config) -> dict[str, str]:
     return conf
 
 
-def get_spark(config: Config, app_name: str = "loglake"):
+def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] | None = None):
     """The active session, or a new one configured for loglake (master from the profile)."""
     from pyspark.sql import SparkSession
 
@@ -41,7 +44,7 @@ def get_spark(config: Config, app_name: str = "loglake"):
     builder = SparkSession.builder.appName(app_name)
     if not os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT"):  # spark-submit already passed --master and --conf
         builder = builder.master(config.profile.spark.master)
-        for k, v in spark_conf(config).items():
+        for k, v in {**spark_conf(config), **(extra or {})}.items():
             builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

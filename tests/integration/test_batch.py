@@ -19,8 +19,7 @@ from loglake.offsets import OffsetRange
 from loglake.planning import ParamError, Plan, plan_backfill, plan_batch
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
-from spark_jobs import parse
-from spark_jobs.batch import read_ranges, run_batch
+from spark_jobs.batch import recompute_from_log, run_batch
 from spark_jobs.serving import serving_view
 from spark_jobs.speed import run_speed
 
@@ -36,12 +35,6 @@ def row_hashes(spark, path) -> list[str]:
 
 def full_log(config, ds) -> Plan:
     return Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in watermarks(config, ds.topic).items()))
-
-
-def recompute_everything(spark, config, ds):
-    """The reference: every record the log holds, through the same parse/validate/transform."""
-    validated = parse.validate(read_ranges(spark, config, list(full_log(config, ds).ranges)), ds)
-    return parse.apply_transform(parse.valid_rows(validated, ds), ds)
 
 
 def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_config):
@@ -142,7 +135,7 @@ def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config)
 
         wait_for(caught_up, 240, "the running speed layer to reach the log end", 0.5, log=proc)
         view = serving_view(spark, config, ds)
-        reference = recompute_everything(spark, config, ds)
+        reference = recompute_from_log(spark, config, ds)
         assert view.count() == reference.count() == view.select("_partition", "_offset").distinct().count()
         sums = lambda df: {r["user_id"]: (r["n"], r["d"]) for r in df.groupBy("user_id").agg(
             F.count("*").alias("n"), F.sum("duration_ms").alias("d")).collect()}
