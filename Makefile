@@ -32,23 +32,19 @@ test-unit: setup
 test-integration: setup
 	$(PY) -m pytest tests/integration
 
-## demo: start Kafka, produce sample events, run the speed layer, print what landed
+## demo: bring the platform up, produce events, a scheduled batch run through Airflow, an exact serving view
 demo: setup
 	$(LOGLAKE) demo
 
-## up/down: the embedded platform in the background (Kafka + speed streams)
+## up/down/status: the embedded platform in the background (Kafka, speed streams, Airflow)
 up: setup
-	$(LOGLAKE) kafka start
-	$(LOGLAKE) speed start
-	@echo "loglake is up: \`$(LOGLAKE) speed status\` shows the streams; \`make down\` stops everything"
+	$(LOGLAKE) up
 
 down: setup
-	-$(LOGLAKE) speed stop
-	$(LOGLAKE) kafka stop
+	$(LOGLAKE) down
 
 status: setup
-	$(LOGLAKE) kafka status
-	$(LOGLAKE) speed status
+	$(LOGLAKE) status
 
 ## clean-state: delete the local state directory (topics, tables, checkpoints, logs)
 clean-state: down

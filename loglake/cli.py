@@ -271,43 +271,116 @@ def cmd_query(config: Config, args) -> int:
     return 0
 
 
+DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, count(DISTINCT user_id) AS users "
+            "FROM {view} GROUP BY source ORDER BY source")
+
+
+def _wait_caught_up(config: Config, timeout: float = 300.0) -> None:
+    from loglake.kafka_admin import dataset_state
+    from loglake.processes import wait_for
+
+    for ds in config.datasets.values():
+        wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, ds)), timeout,
+                 f"speed {ds.name} to reach the log end", 1.0, log=_speed_process(config, ds))
+
+
+def _demo_batch_run(config: Config) -> dict:
+    """Wait for the scheduled loglake_batch run the unpaused DAG starts (trigger one if none)."""
+    from loglake.airflow_client import AirflowClient, run_seconds
+    from loglake.airflow_embedded import EmbeddedAirflow
+
+    airflow = EmbeddedAirflow(config)
+    client = AirflowClient(airflow.url, airflow.token())
+    client.wait_for_dag("loglake_batch")
+    deadline = time.monotonic() + 60
+    runs = []
+    while time.monotonic() < deadline and not runs:
+        runs = client.call("GET", "/dags/loglake_batch/dagRuns?order_by=-start_date&limit=1")["dag_runs"]
+        time.sleep(1)
+    run_id = runs[0]["dag_run_id"] if runs else client.trigger("loglake_batch")
+    run = client.wait_run("loglake_batch", run_id)
+    tis = client.task_instances("loglake_batch", run_id)
+    spark_seconds, jobs = 0.0, []
+    for ti in tis:
+        if ti["task_id"] == "recompute":
+            summary = client.xcom("loglake_batch", run_id, "recompute", ti["map_index"]) or {}
+            spark_seconds += summary.get("submit_seconds", 0.0)
+            jobs.append(summary)
+    wall = run_seconds(run)
+    return {"run_id": run_id, "state": run["state"], "wall": wall, "spark": spark_seconds, "tasks": len(tis),
+            "jobs": jobs, "overhead_per_task": (wall - spark_seconds) / max(len(tis), 1)}
+
+
 def cmd_demo(config: Config, args) -> int:
-    from loglake.kafka_admin import watermarks
+    """The whole platform: Kafka, speed streams, Airflow; a scheduled batch; an exact serving view."""
+    from loglake import platform
     from loglake.produce import produce
     from loglake.tables import table_counts
 
     t0 = time.monotonic()
     if config.kafka.embedded:
         embedded_kafka(config).start()
-        print(f"kafka: running at {config.kafka.bootstrap_servers} (state {config.home})")
-    ok = True
+    produced = {}
     for ds in config.datasets.values():
         n = args.count if ds.kind == "events" else max(args.count // 10, 100)
         res = produce(config, ds, n, bad_fraction=args.bad_fraction, progress=True)
+        produced[ds.name] = res
         print(f"produced {res.records} records to {ds.topic}: {res.good} good, {res.bad} malformed "
               f"({res.rate:,.0f} records/s)")
-        before = table_counts(config, ds)
-        t1 = time.monotonic()
-        code, summary = run_speed_job(config, ds)
-        if code:
-            print(f"speed {ds.name}: failed with exit code {code}")
-            return code
-        after = table_counts(config, ds)
-        landed, quarantined = after["speed"] - before["speed"], after["quarantine"] - before["quarantine"]
+    platform.up(config)
+    _wait_caught_up(config)
+    print("speed layer: every stream at the log end")
+    ok = True
+    for ds in config.datasets.values():
+        from loglake.kafka_admin import watermarks
+        counts = table_counts(config, ds)
         log_total = sum(hi - lo for lo, hi in watermarks(config, ds.topic).values())
-        rate = summary.get("records_per_second")
-        print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} micro-batch(es), "
-              f"{summary.get('processing_seconds', 0):.1f}s processing ({f'{rate:,} records/s' if rate else 'n/a'}), "
-              f"{time.monotonic() - t1:.1f}s with JVM start")
-        print(f"  this run: speed.{ds.name} +{landed} (produced {res.good} good), "
-              f"quarantine.{ds.name} +{quarantined} (produced {res.bad} malformed)")
-        exact = after["speed"] + after["quarantine"] == log_total
-        print(f"  every offset once: log holds {log_total} records = speed {after['speed']} + quarantine "
-              f"{after['quarantine']}: {'yes' if exact else 'NO'}")
-        _print_tables(config, ds)
-        ok &= exact and landed == res.good and quarantined == res.bad
-    print(f"demo: {'OK' if ok else 'MISMATCH'} in {time.monotonic() - t0:.1f}s")
+        exact = counts["speed"] + counts["quarantine"] - _batch_quarantined(config, ds) == log_total
+        print(f"  {ds.name}: log {log_total} records = speed {counts['speed']} + speed quarantine "
+              f"{counts['quarantine'] - _batch_quarantined(config, ds)}: {'yes' if exact else 'NO'}")
+        ok &= exact
+
+    print("airflow: waiting for the scheduled loglake_batch run ...")
+    batch = _demo_batch_run(config)
+    print(f"loglake_batch run {batch['run_id']}: {batch['state']} in {batch['wall']:.1f}s "
+          f"({batch['tasks']} tasks, spark-submit {batch['spark']:.1f}s, "
+          f"Airflow overhead {batch['overhead_per_task']:.1f}s per task)")
+    for job in batch["jobs"]:
+        rate = job.get("records_per_second")
+        print(f"  batch {job.get('dataset')}: {job.get('records')} rows, {job.get('quarantined')} quarantined, "
+              f"{job.get('seconds')}s in Spark ({f'{rate:,} records/s' if rate else 'n/a'}), "
+              f"spark-submit {job.get('submit_seconds')}s")
+    ok &= batch["state"] == "success"
+
+    from spark_jobs.batch import recompute_from_log
+    from spark_jobs.serving import query
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(config, "loglake-demo", {"spark.ui.showConsoleProgress": "false"})
+    try:
+        served = query(spark, config, DEMO_SQL.format(view="job_views")).toPandas()
+        recompute_from_log(spark, config, config.dataset("job_views")).createOrReplaceTempView("recomputed")
+        full = spark.sql(DEMO_SQL.format(view="recomputed")).toPandas()
+    finally:
+        spark.stop()
+    print("\nserving view (batch below the watermark + speed above it):")
+    print("  " + DEMO_SQL.format(view="job_views"))
+    print(served.to_string(index=False))
+    same = served.equals(full)
+    print(f"full recompute from the log: {'identical' if same else 'DIFFERENT'}")
+    if not same:
+        print(full.to_string(index=False))
+    ok &= same
+    print(f"\ndemo: {'OK' if ok else 'MISMATCH'} in {time.monotonic() - t0:.1f}s; the platform is still up "
+          "(`loglake status`; `make down` stops it)")
     return 0 if ok else 1
+
+
+def _batch_quarantined(config: Config, ds: Dataset) -> int:
+    from loglake.tables import _open, query
+
+    t = _open(config.table_path(ds, "quarantine"))
+    return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 
 # --- entry point ----------------------------------------------------------------------
@@ -355,10 +428,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--limit", type=int, default=0, help="at most N rows (0: all)")
 
+    for name, text in (("up", "start Kafka, every speed stream and Airflow in the background"),
+                       ("down", "stop everything `up` started"),
+                       ("status", "every process, and per partition: log end, speed position, batch watermark")):
+        sub.add_parser(name, help=text)
+
     d = sub.add_parser("demo", help="start Kafka, produce sample events, run the speed layer, print the tables")
     d.add_argument("--count", type=int, default=20_000)
     d.add_argument("--bad-fraction", type=float, default=0.02)
     return p
+
+
+def _platform(action: str):
+    def run(config: Config, args) -> int:
+        from loglake import platform
+        return getattr(platform, action)(config)
+    return run
 
 
 def _check_args(args) -> None:
@@ -379,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
-                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query}[args.command]
+                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query,
+                   "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:
         print(f"loglake: error: {e}", file=sys.stderr)

@@ -123,9 +123,18 @@ def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[i
 def group_offsets(config: Config, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     """``group``'s committed position per partition (None where it has none)."""
     c = _consumer(config, group)
+    deadline = time.monotonic() + TIMEOUT
     try:
-        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT)
-        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
+        while True:
+            try:
+                tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT)
+                return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
+            except KafkaException as e:
+                err = e.args[0]
+                # Right after a broker starts the coordinator is still loading: retriable.
+                if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
+                    raise KafkaUnavailableError(f"reading {group} offsets for {topic} failed: {err}") from None
+                time.sleep(0.5)
     finally:
         c.close()
 

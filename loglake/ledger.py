@@ -31,6 +31,10 @@ def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
                         "ORDER BY \"partition\", start, committed_at")
 
 
-def watermarks(config: Config, ds: Dataset) -> dict[int, int]:
-    """Per partition, the batch watermark W_p (absent where batch never ran)."""
-    return compute_watermarks(ledger_rows(config, ds))
+def watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = None) -> dict[int, int]:
+    """Per partition, the batch watermark W_p (absent where batch has not covered the
+    partition from its earliest retained offset). ``earliest`` is read from Kafka unless given."""
+    if earliest is None:
+        from loglake.kafka_admin import watermarks as log_state
+        earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}
+    return compute_watermarks(ledger_rows(config, ds), earliest)

@@ -135,11 +135,15 @@ def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogStat
     return ranges
 
 
-def compute_watermarks(ledger: Sequence[Mapping]) -> dict[int, int]:
-    """Per partition, the end of the contiguous coverage that starts at its first range.
+def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | None = None) -> dict[int, int]:
+    """Per partition, the end of the contiguous coverage from the earliest offset.
 
     ``ledger`` rows have ``partition``, ``start``, ``end``. Overlaps and repeats merge;
-    a gap stops the watermark (what lies beyond a gap is not published).
+    a gap stops the watermark (what lies beyond a gap is not published). With
+    ``earliest`` (partition → earliest retained offset), coverage must start at or before
+    it: a partition whose first range starts later has no watermark, since its first
+    offsets were never recomputed. (A watermark *below* the earliest offset is kept: it
+    means offsets were deleted before batch read them, which planning reports as loss.)
     """
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for row in ledger:
@@ -148,6 +152,8 @@ def compute_watermarks(ledger: Sequence[Mapping]) -> dict[int, int]:
     marks = {}
     for p, spans in by_partition.items():
         spans.sort()
+        if earliest is not None and spans[0][0] > earliest.get(p, 0):
+            continue
         w = spans[0][1]
         for s, e in spans[1:]:
             if s > w:
@@ -181,7 +187,8 @@ def plan_batch(config, ds) -> Plan:
         # The latest state is rebuilt from the whole retained log, not appended to.
         ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
         return Plan(ds.name, tuple(ranges), "rebuild", ("changelog: latest state rebuilt from the full log",))
-    ranges = plan_from_watermarks(ds.topic, watermarks(config, ds), log)
+    earliest = {p: lo for p, (lo, _hi) in log.items()}
+    ranges = plan_from_watermarks(ds.topic, watermarks(config, ds, earliest), log)
     return Plan(ds.name, tuple(r for r in ranges if r.size), "batch")
 
 

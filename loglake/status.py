@@ -29,9 +29,10 @@ def dataset_status(config: Config, ds: Dataset) -> list[PartitionStatus]:
     from loglake.kafka_admin import dataset_state
     from loglake.ledger import watermarks
 
-    marks = watermarks(config, ds)
+    parts = dataset_state(config, ds)
+    marks = watermarks(config, ds, {s.partition: s.earliest for s in parts})
     return [PartitionStatus(s.partition, s.earliest, s.end, s.speed_position, marks.get(s.partition))
-            for s in dataset_state(config, ds)]
+            for s in parts]
 
 
 def format_status(ds: Dataset, parts: list[PartitionStatus]) -> list[str]:

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Debian packages loglake needs: Java 17 (Kafka broker, Spark) and Maven (resolves jars).
+# Debian packages loglake needs: Java 17 (Kafka broker, Spark), Maven (resolves jars) and
+# Chromium (headless, for the Airflow UI system tests).
 # Installs only what is missing; needs root (or sudo) only then.
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if ((${#need[@]})); then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -96,7 +96,9 @@ def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str
         return {}
     sql = f"SELECT `partition`, start, `end` FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' " \
           f"AND topic = '{ds.topic}'"
-    return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()])
+    from loglake.kafka_admin import watermarks as log_state
+    earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}
+    return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()], earliest)
 
 
 def register_tables(spark: SparkSession, config: Config, as_of: str | None = None) -> list[str]:

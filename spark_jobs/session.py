@@ -9,6 +9,12 @@ from loglake import paths
 from loglake.config import Config
 
 
+def _log4j_file():
+    """The log4j2 file of the conf dir in use, else the repo's (a conf dir may omit it)."""
+    own = paths.conf_dir() / "log4j2-spark.properties"
+    return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
+
+
 def spark_conf(config: Config) -> dict[str, str]:
     """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
     conf = {
@@ -25,7 +31,7 @@ def spark_conf(config: Config) -> dict[str, str]:
         # overhead for loglake's tables on a few cores.
         "spark.databricks.delta.snapshotPartitions": "2",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={paths.conf_dir() / 'log4j2-spark.properties'}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log4j_file()}",
     }
     conf.update(config.profile.spark.conf)
     return conf

@@ -101,6 +101,16 @@ def test_compute_watermarks(ledger, expected):
     assert compute_watermarks(ledger) == expected
 
 
+@pytest.mark.parametrize("ledger,earliest,expected", [
+    ([row(3, 10, 100)], {3: 0}, {}),                    # a backfill above the earliest offset publishes nothing
+    ([row(3, 10, 100), row(3, 0, 10)], {3: 0}, {3: 100}),  # once [0, 10) is covered, it does
+    ([row(0, 0, 100)], {0: 50}, {0: 100}),              # retention moved past the start: still covered
+    ([row(0, 0, 30)], {0: 50}, {0: 30}),                # below the earliest offset: kept, planning reports loss
+])
+def test_compute_watermarks_from_the_earliest_offset(ledger, earliest, expected):
+    assert compute_watermarks(ledger, earliest) == expected
+
+
 def test_plan_round_trip_and_describe():
     plan = Plan("job_views", (OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 3, 3)), "backfill", ("n",))
     assert Plan.from_json(plan.to_json()) == plan

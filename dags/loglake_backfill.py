@@ -1,0 +1,57 @@
+"""
+### loglake_backfill — recompute exact offset ranges (or a time window) of one dataset
+
+Trigger it with the form:
+
+- **Dataset** — whose `batch.<dataset>` table is recomputed;
+- **Offset ranges** — one per line, `PARTITION:START-END` (offsets `[START, END)`), or
+- **From / To** — an ISO-8601 time window, turned into offsets per partition with Kafka's
+  offsets-for-times;
+- **Dry run** — only print the plan.
+
+1. **plan** checks the request against the log *before any Spark job*: the partition
+   exists, `0 <= START <= END`, `END` within the log end, offsets still retained, ranges
+   not overlapping. A bad request fails at once, naming the field
+   (e.g. `ranges[1].start: start (200) is after end (100)`). The plan is in the task log.
+2. **recompute** runs `spark_jobs/batch.py` under spark-submit: it replaces exactly those
+   offsets in `batch.<dataset>` and `quarantine.<dataset>` and records them in the offsets
+   ledger. Re-running a range leaves identical tables. Skipped on a dry run.
+
+Manual only (no schedule); one run at a time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG, task
+
+from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow.datasets import TABLES
+from loglake_airflow.operators import LoglakeSparkSubmitOperator
+from loglake_airflow.params import backfill_params
+from loglake_airflow.plans import backfill_args
+
+with DAG(
+    dag_id="loglake_backfill",
+    schedule=None,
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=backfill_params(),
+    tags=["loglake"],
+    doc_md=__doc__,
+) as dag:
+
+    @task(execution_timeout=timedelta(minutes=10))
+    def plan(**context) -> list[list[str]]:
+        """Validate the request and plan it; the batch job's arguments, or nothing on a dry run."""
+        return backfill_args(context["params"], f"{context['dag'].dag_id}/{context['run_id']}")
+
+    LoglakeSparkSubmitOperator.partial(
+        task_id="recompute",
+        job="batch",
+        outlets=[TABLES],
+        map_index_template="{{ task.application_args[1] }}",
+    ).expand(application_args=plan())

@@ -1,0 +1,42 @@
+"""The backfill DAG's run parameters: typed ``Param``s that render as the trigger form.
+
+JSON-schema constraints reject malformed input when the run is triggered (form, REST
+API: 400); what needs the log (partition exists, end within the log end, start <= end)
+is checked by the plan task, before any Spark job, with the same field names.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param
+
+from loglake_airflow.datasets import DATASETS
+
+# PARTITION:START-END, non-negative integers; the half-open range [START, END).
+RANGE_PATTERN = r"^\s*\d+\s*:\s*\d+\s*-\s*\d+\s*$"
+
+
+def backfill_params() -> dict[str, Param]:
+    return {
+        "dataset": Param(
+            "job_views", type="string", enum=list(DATASETS), title="Dataset",
+            description="The dataset whose batch table is recomputed (conf/datasets/<name>.yaml).",
+        ),
+        "ranges": Param(
+            None, type=["null", "array"], items={"type": "string", "pattern": RANGE_PATTERN}, title="Offset ranges",
+            description="One per line: PARTITION:START-END, the offsets [START, END) of one partition, "
+                        "e.g. 0:100-200. Leave empty to give a time window (From/To) instead.",
+        ),
+        "from_ts": Param(
+            None, type=["null", "string"], format="date-time", title="From (time)",
+            description="Start of a time window, ISO-8601, inclusive. Kafka's offsets-for-times turns it "
+                        "into an offset per partition. Use with To, instead of offset ranges.",
+        ),
+        "to_ts": Param(
+            None, type=["null", "string"], format="date-time", title="To (time)",
+            description="End of the time window, ISO-8601, exclusive.",
+        ),
+        "dry_run": Param(
+            False, type="boolean", title="Dry run",
+            description="Only print the plan (which offsets would be recomputed); run no Spark job.",
+        ),
+    }

@@ -1,0 +1,78 @@
+"""The planning tasks' bodies: what each DAG run will recompute, decided before any Spark job.
+
+Each returns the spark-submit arguments of ``spark_jobs/batch.py`` for every plan that
+has work (``--dataset NAME --plan PLAN_JSON --run-id RUN_ID``); the Spark task is mapped
+over that list, so an empty list means no Spark job at all. Invalid input fails the task
+at once (``AirflowFailException``: no retry) with the message naming the field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+log = logging.getLogger(__name__)
+
+
+def job_args(plan, run_id: str) -> list[str]:
+    """``spark_jobs/batch.py`` arguments for ``plan``; ``run_id`` is recorded in the ledger."""
+    return ["--dataset", plan.dataset, "--plan", plan.to_json(), "--run-id", run_id]
+
+
+def _or_fail(fn: Callable, *args, **kwargs) -> Any:
+    """Call ``fn``; errors that a retry cannot fix fail the task without retrying."""
+    from loglake.errors import ConfigError, DataLossError, OffsetError
+    from loglake.planning import ParamError
+
+    try:
+        return fn(*args, **kwargs)
+    except (ParamError, ConfigError, DataLossError, OffsetError) as e:
+        raise AirflowFailException(str(e)) from e
+
+
+def batch_args(run_id: str) -> list[list[str]]:
+    """Plan every dataset from its batch watermark to the log end (``plan_batch``)."""
+    from loglake.config import load_config
+    from loglake.kafka_admin import list_topics
+    from loglake.planning import plan_batch
+
+    config = _or_fail(load_config)
+    topics = list_topics(config)
+    out = []
+    for ds in config.datasets.values():
+        if ds.topic not in topics:
+            log.info("%s: topic %s does not exist yet; nothing to recompute", ds.name, ds.topic)
+            continue
+        plan = _or_fail(plan_batch, config, ds)
+        log.info("%s", plan.describe())
+        if plan.empty:
+            log.info("%s: nothing to recompute (the batch layer is at the log end)", ds.name)
+            continue
+        out.append(job_args(plan, run_id))
+    return out
+
+
+def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
+    """Validate a backfill request (``plan_backfill``); a dry run only logs the plan."""
+    from loglake.config import load_config
+    from loglake.kafka_admin import list_topics
+    from loglake.planning import plan_backfill
+
+    config = _or_fail(load_config)
+    ds = _or_fail(config.dataset, params["dataset"])
+    if ds.topic not in list_topics(config):
+        raise AirflowFailException(f"dataset: the topic {ds.topic} of {ds.name} does not exist on "
+                                   f"{config.kafka.bootstrap_servers}: there is nothing to backfill")
+    plan = _or_fail(plan_backfill, config, ds, ranges=list(params.get("ranges") or []) or None,
+                    from_ts=params.get("from_ts") or None, to_ts=params.get("to_ts") or None)
+    log.info("%s", plan.describe())
+    if params.get("dry_run"):
+        log.info("dry run: nothing recomputed")
+        return []
+    if plan.empty:
+        log.info("%s: the plan is empty; nothing to recompute", ds.name)
+        return []
+    return [job_args(plan, run_id)]

@@ -1,0 +1,182 @@
+"""DAG integrity (no services): every file in dags/ parses fast and safely, and declares what it must.
+
+A DAG file is parsed over and over by the dag-processor, so it may not read files, open
+connections or take long. Each file is imported here with ``open``, ``Path`` reads and
+directory listings, and socket connections replaced by functions that record the call
+and fail; the import must not call any of them, and must take less than 2 s.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import io
+import os
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from loglake import paths
+from loglake.config import load_config
+
+DAGS_DIR = paths.REPO_ROOT / "dags"
+PLUGINS_DIR = paths.REPO_ROOT / "plugins"
+DAG_FILES = sorted(DAGS_DIR.glob("*.py"))
+IMPORT_BUDGET_SECONDS = 2.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def airflow_libraries(tmp_path_factory):
+    """Airflow importable as the dag-processor has it: own AIRFLOW_HOME, plugins on sys.path.
+
+    The libraries the DAG files import are loaded here, before the guard: what is checked
+    is what the DAG files and loglake's plugins do when they are imported.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        # Airflow creates files under AIRFLOW_HOME when first imported: not in ~/airflow.
+        mp.setenv("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow-home")))
+        mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_DIR))
+        mp.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", str(PLUGINS_DIR))
+        mp.syspath_prepend(str(PLUGINS_DIR))
+        import airflow.sdk  # noqa: F401
+        import airflow.sdk.exceptions  # noqa: F401
+        from airflow.providers.apache.spark.hooks import spark_submit  # noqa: F401
+        from airflow.providers.apache.spark.operators import spark_submit as _op  # noqa: F401
+        # Imported by Airflow when a DAG's schedule is built; croniter's own module code
+        # runs a subprocess (platform.architecture()) the first time.
+        import airflow.sdk.definitions.timetables.interval  # noqa: F401
+        import airflow.sdk.definitions.timetables.trigger  # noqa: F401
+        yield
+
+
+@contextmanager
+def no_io(calls: list[str]):
+    """Replace file reads, directory listings and network connections with failing recorders."""
+    def refuse(what):
+        def call(*args, **kwargs):
+            calls.append(f"{what}({', '.join(repr(a) for a in args[:2])})")
+            raise AssertionError(f"{what} called while a DAG file was imported")
+        return call
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(builtins, "open", refuse("open"))
+        mp.setattr(io, "open", refuse("io.open"))
+        for name in ("open", "read_text", "read_bytes", "iterdir", "glob", "rglob"):
+            mp.setattr(Path, name, refuse(f"Path.{name}"))
+        mp.setattr(os, "listdir", refuse("os.listdir"))
+        mp.setattr(os, "scandir", refuse("os.scandir"))
+        mp.setattr(socket.socket, "connect", refuse("socket.connect"))
+        mp.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+        mp.setattr(socket, "create_connection", refuse("socket.create_connection"))
+        mp.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
+        yield
+
+
+def import_dag_file(path: Path):
+    """Import ``path`` (and loglake's plugin modules, afresh) under the guard; (module, seconds, calls)."""
+    for name in [m for m in sys.modules if m == "loglake_airflow" or m.startswith("loglake_airflow.")]:
+        del sys.modules[name]
+    spec = importlib.util.spec_from_file_location(f"dag_integrity_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    calls: list[str] = []
+    started = time.monotonic()
+    with no_io(calls):
+        spec.loader.exec_module(module)
+    return module, time.monotonic() - started, calls
+
+
+@pytest.fixture(scope="module")
+def dags() -> dict:
+    """dag_id → DAG of every DAG file (imported once, after the guarded import tests)."""
+    found = {}
+    for path in DAG_FILES:
+        module, _seconds, _calls = import_dag_file(path)
+        from airflow.sdk import DAG
+
+        for value in vars(module).values():
+            if isinstance(value, DAG):
+                found[value.dag_id] = value
+    return found
+
+
+def test_there_are_dag_files():
+    assert {p.name for p in DAG_FILES} >= {"loglake_batch.py", "loglake_backfill.py"}
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
+def test_dag_file_imports_fast_without_files_or_network(path):
+    module, seconds, calls = import_dag_file(path)
+    assert calls == [], f"{path.name} touched files or the network at import: {calls}"
+    assert seconds < IMPORT_BUDGET_SECONDS, f"{path.name} took {seconds:.2f}s to import"
+    from airflow.sdk import DAG
+
+    assert any(isinstance(v, DAG) for v in vars(module).values()), f"{path.name} defines no DAG"
+
+
+def test_airflow_parses_the_folder_without_errors():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS_DIR))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) >= {"loglake_batch", "loglake_backfill"}
+
+
+def test_every_dag_has_tags_retries_doc_and_no_catchup(dags):
+    assert dags
+    for dag_id, dag in dags.items():
+        assert "loglake" in dag.tags, dag_id
+        assert dag.doc_md and dag.doc_md.strip(), f"{dag_id} has no doc_md"
+        assert dag.catchup is False, dag_id
+        for t in dag.tasks:
+            assert t.retries >= 1, f"{dag_id}.{t.task_id} has retries={t.retries}"
+
+
+def test_dataset_constant_equals_the_datasets_in_conf():
+    from loglake_airflow.datasets import DATASETS
+
+    config = load_config(paths.REPO_ROOT / "conf", profile="local")
+    assert sorted(DATASETS) == sorted(config.datasets)
+    assert list(DATASETS) == sorted(DATASETS)
+
+
+def test_backfill_form_params_are_typed(dags):
+    from airflow.sdk.exceptions import ParamValidationError
+    from loglake_airflow.datasets import DATASETS
+
+    params = dags["loglake_backfill"].params
+    assert set(params.keys()) == {"dataset", "ranges", "from_ts", "to_ts", "dry_run"}
+    assert params.get_param("dataset").schema["enum"] == list(DATASETS)
+    ranges = params.get_param("ranges")
+    assert ranges.resolve(["0:100-200", " 3 : 0 - 7 "]) == ["0:100-200", " 3 : 0 - 7 "]
+    assert ranges.resolve(None) is None  # optional: a time window instead
+    for bad in (["0:100"], ["-1:0-5"], ["a:1-2"], "0:1-2"):
+        with pytest.raises(ParamValidationError):
+            ranges.resolve(bad)
+    assert params.get_param("dry_run").resolve(True) is True
+    with pytest.raises(ParamValidationError):
+        params.get_param("dry_run").resolve("yes")
+
+
+def test_batch_schedule_can_be_overridden_by_environment(monkeypatch):
+    monkeypatch.setenv("LOGLAKE_BATCH_SCHEDULE", "@hourly")
+    module, _seconds, calls = import_dag_file(DAGS_DIR / "loglake_batch.py")
+    assert calls == []
+    assert module.dag.timetable.expression == "0 * * * *"
+    monkeypatch.delenv("LOGLAKE_BATCH_SCHEDULE")
+    module, _seconds, _calls = import_dag_file(DAGS_DIR / "loglake_batch.py")
+    assert module.dag.timetable.expression == "*/30 * * * *"
+
+
+def test_spark_tasks_emit_table_assets_through_the_alias(dags):
+    from loglake_airflow.datasets import TABLES, table_asset
+
+    for dag in dags.values():
+        recompute = dag.get_task("recompute")
+        assert TABLES in recompute.outlets
+    asset = table_asset("batch.job_views")
+    assert (asset.name, asset.uri) == ("loglake.batch.job_views", "loglake://batch/job_views")

@@ -1,0 +1,116 @@
+"""``up``, ``status``, ``down`` of the whole platform, as an operator runs them.
+
+One embedded broker, both speed streams and Airflow, on free ports in a state directory
+of the test's own. While it is up, a batch run triggered through the REST API goes
+through the real scheduler and LocalExecutor (not ``dags test``) and advances the
+watermark; after ``down`` no process of any of them is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow, _alive, _descendants
+from loglake.config import load_config
+from loglake.embedded_kafka import free_port
+from loglake.kafka_admin import watermarks
+from loglake.ledger import watermarks as batch_watermarks
+from loglake.processes import Managed, wait_for
+from loglake.produce import produce
+
+from tests.conftest import write_conf
+
+pytestmark = pytest.mark.system
+
+# What `loglake up|down|status` run (loglake.cli hands the loaded config to these).
+PLATFORM = ("import sys; from loglake.config import load_config; from loglake import platform; "
+            "sys.exit(getattr(platform, sys.argv[1])(load_config()))")
+
+
+@pytest.fixture
+def platform_config(tmp_path):
+    conf = write_conf(tmp_path, f"localhost:{free_port()}")
+    data = yaml.safe_load((conf / "loglake.yaml").read_text())
+    data["profiles"]["test"]["kafka"]["embedded"] = True  # up starts its own broker
+    (conf / "loglake.yaml").write_text(yaml.safe_dump(data))
+    env = {**os.environ, "LOGLAKE_CONF": str(conf), "LOGLAKE_HOME": str(tmp_path / "state"),
+           "LOGLAKE_AIRFLOW_PORT": str(free_port())}
+    env.pop("LOGLAKE_KAFKA_BOOTSTRAP", None)
+    config = load_config(conf, home=tmp_path / "state")
+    yield config, env
+    platform(env, "down")  # whatever the test left running
+
+
+def platform(env: dict, action: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PLATFORM, action], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def all_processes(config) -> dict[int, int]:
+    names = ["kafka"] + [f"speed-{n}" for n in config.datasets] + [f"airflow-{c}" for c in COMPONENTS]
+    tree: dict[int, int] = {}
+    for name in names:
+        pid = Managed(config.home, name).pid()
+        assert pid, f"{name} is not running"
+        tree.update(_descendants(pid))
+    return tree
+
+
+def rest(af: EmbeddedAirflow, path: str, token: str, body: dict | None = None) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{af.port}{path}", method="POST" if body is not None else "GET",
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_up_status_batch_run_down(platform_config):
+    config, env = platform_config
+    t0 = time.monotonic()
+    up = platform(env, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    print(f"up: {time.monotonic() - t0:.1f}s; {[l for l in up.stdout.splitlines() if 'airflow: healthy' in l]}")
+    af = EmbeddedAirflow(config, int(env["LOGLAKE_AIRFLOW_PORT"]))
+    assert f"at {af.url}" in up.stdout and f"log in as admin with password {af.password()}" in up.stdout
+
+    status = platform(env, "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    for name in ["kafka", "speed-job_views", "speed-company_ceos"] + [f"airflow-{c}" for c in COMPONENTS]:
+        assert any(line.split()[:2] == [name, "running"] for line in status.stdout.splitlines()), status.stdout
+    assert f"{af.url} (healthy)" in status.stdout
+    ds = config.dataset("job_views")
+    assert status.stdout.count("batch watermark -") >= ds.partitions  # nothing recomputed yet
+
+    # A batch run through the scheduler and a LocalExecutor worker, as a user triggers it.
+    produce(config, ds, 300, bad_fraction=0.1, seed=9, progress=False)
+    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    token = af.token()
+    wait_for(lambda: rest(af, "/api/v2/dags/loglake_batch", token).get("is_paused") is False, 60,
+             "loglake_batch to be parsed, unpaused")
+    run_id = rest(af, "/api/v2/dags/loglake_batch/dagRuns", token, {"logical_date": None})["dag_run_id"]
+    t1 = time.monotonic()
+    state = wait_for(lambda: (s := rest(af, f"/api/v2/dags/loglake_batch/dagRuns/{run_id}", token)["state"])
+                     in ("success", "failed") and s, 300, "the triggered batch run to finish")
+    print(f"triggered batch run: {state} after {time.monotonic() - t1:.1f}s")
+    assert state == "success"
+    assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
+
+    tree = all_processes(config)
+    t2 = time.monotonic()
+    down = platform(env, "down")
+    print(f"down: {time.monotonic() - t2:.1f}s")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "kafka: stopped" in down.stdout and "speed job_views: stopped" in down.stdout
+    assert _alive(tree) == {}, f"left behind: {sorted(_alive(tree))}"
+
+    after = platform(env, "status")
+    assert after.returncode == 1
+    assert "running (pid" not in after.stdout
