@@ -14,6 +14,7 @@ parsed), for every dataset in `conf/datasets`:
    which advances the watermark. Its return value is the job's summary (records,
    quarantined, seconds); it emits events for the two tables' Assets.
 
+Datasets are recomputed one at a time unless `LOGLAKE_BATCH_PARALLELISM` says more.
 No catch-up: a run always plans from the watermark, so a skipped interval loses nothing.
 One run at a time.
 """
@@ -50,5 +51,8 @@ with DAG(
         task_id="recompute",
         job="batch",
         outlets=[TABLES],
+        # One Spark driver at a time by default: on a small machine the streams already hold
+        # JVMs, and parallel jobs only contend for the same cores.
+        max_active_tis_per_dagrun=int(os.environ.get("LOGLAKE_BATCH_PARALLELISM", "1")),
         map_index_template="{{ task.application_args[1] }}",
     ).expand(application_args=plan())
