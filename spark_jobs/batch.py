@@ -12,7 +12,6 @@ which is what advances the watermark.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -21,14 +20,14 @@ import uuid
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loglake.config import Config, Dataset, load_config
+from loglake.config import Config, Dataset
 from loglake.errors import DataLossError, OffsetError
 from loglake.kafka_admin import watermarks as log_state
 from loglake.ledger import ledger_path
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
 from spark_jobs import delta_io, parse
-from spark_jobs.session import get_spark
+from spark_jobs.session import job_context, job_parser
 from spark_jobs.speed import kafka_source_options
 
 
@@ -129,20 +128,14 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="batch", description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", required=True)
+    p = job_parser("batch", __doc__.splitlines()[0])
     p.add_argument("--plan", required=True, help="the plan as JSON (loglake.planning.Plan.to_json)")
     p.add_argument("--run-id")
-    p.add_argument("--conf-dir")
-    p.add_argument("--profile")
-    p.add_argument("--home")
     args = p.parse_args(argv)
-    config = load_config(args.conf_dir, args.profile, home=args.home)
-    ds = config.dataset(args.dataset)
     plan = Plan.from_json(args.plan)
-    if plan.dataset != ds.name:
-        p.error(f"--plan is for dataset {plan.dataset!r}, not {ds.name!r}")
-    spark = get_spark(config, f"loglake-batch-{ds.name}")
+    if plan.dataset != args.dataset:
+        p.error(f"--plan is for dataset {plan.dataset!r}, not {args.dataset!r}")
+    config, ds, spark = job_context(args, "batch")
     summary = run_batch(spark, config, ds, plan, args.run_id)
     print(json.dumps(summary), flush=True)
     spark.stop()

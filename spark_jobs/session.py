@@ -55,3 +55,24 @@ def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] |
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def job_parser(prog: str, description: str):
+    """The arguments every spark-submit entry point takes: dataset and where config lives."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--conf-dir", help="configuration directory (default: $LOGLAKE_CONF or conf/)")
+    p.add_argument("--profile")
+    p.add_argument("--home", help="state directory (default: $LOGLAKE_HOME or .loglake/)")
+    return p
+
+
+def job_context(args, app: str):
+    """(config, dataset, spark) for a job's parsed arguments."""
+    from loglake.config import load_config
+
+    config = load_config(args.conf_dir, args.profile, home=args.home)
+    ds = config.dataset(args.dataset)
+    return config, ds, get_spark(config, f"loglake-{app}-{ds.name}")

@@ -9,7 +9,6 @@ is committed does the stream record its position in the dataset's Kafka consumer
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
@@ -20,11 +19,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from loglake.config import Config, Dataset, load_config
+from loglake.config import Config, Dataset
 from loglake.kafka_admin import commit_group_offsets, list_topics
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from spark_jobs import delta_io, parse
-from spark_jobs.session import get_spark
+from spark_jobs.session import job_context, job_parser
 
 
 def kafka_source_options(config: Config, topic: str) -> dict[str, str]:
@@ -196,17 +195,11 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="speed", description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", required=True)
+    p = job_parser("speed", __doc__.splitlines()[0])
     p.add_argument("--available-now", action="store_true", help="process what the topic holds now, then exit")
-    p.add_argument("--conf-dir")
-    p.add_argument("--profile")
-    p.add_argument("--home")
     p.add_argument("--progress-file")
     args = p.parse_args(argv)
-    config = load_config(args.conf_dir, args.profile, home=args.home)
-    ds = config.dataset(args.dataset)
-    spark = get_spark(config, f"loglake-speed-{ds.name}")
+    config, ds, spark = job_context(args, "speed")
     started = time.monotonic()
     last = run_speed(spark, config, ds, available_now=args.available_now,
                      progress_file=Path(args.progress_file) if args.progress_file else None)
