@@ -32,7 +32,7 @@ from pathlib import Path
 from loglake import paths
 from loglake.config import Config
 from loglake.errors import ProcessError
-from loglake.processes import Managed
+from loglake.processes import Managed, free_port, port_open
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -205,12 +205,12 @@ class EmbeddedAirflow:
         if not fresh and saved and saved != self.port:
             raise ProcessError(f"Airflow already runs with its api-server on port {saved}, not {self.port}: "
                                "stop it first (`loglake down`) to move it")
-        if not procs["api-server"].pid() and _port_in_use(self.port):
+        if not procs["api-server"].pid() and port_open(self.port):
             raise ProcessError(f"port {self.port} is already in use: stop what listens there or choose another "
                                "port with LOGLAKE_AIRFLOW_PORT")
         if fresh:
             # The log servers listen on every interface: take the usual ports if free.
-            self.log_ports = tuple(p if not _port_in_use(p) else free_port() for p in (8793, 8794))
+            self.log_ports = tuple(p if not port_open(p) else free_port() for p in (8793, 8794))
         self.password()
         self.migrate()
         env = self.env()
@@ -282,9 +282,14 @@ class EmbeddedAirflow:
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
-    def status(self) -> dict:
-        """Per component pid and liveness, plus the health answer and the URL."""
-        health = self.health()
+    def status(self, timeout: float = 15.0) -> dict:
+        """Per component pid and liveness, plus the health answer and the URL.
+
+        The api-server answers slowly while the speed layer's JVMs start on a small
+        machine (CI saw no answer within 2 s right after ``up``), so status waits longer
+        than the start loop's quick polls do.
+        """
+        health = self.health(timeout)
         comps = {}
         for c, proc in self.processes.items():
             pid = proc.pid()
@@ -307,20 +312,6 @@ def _all_healthy(health: dict | None) -> bool:
         return False
     parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
     return all((health.get(p) or {}).get("status") == "healthy" for p in parts)
-
-
-def _port_in_use(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def free_port() -> int:
-    from loglake.embedded_kafka import free_port as _free
-
-    return _free()
 
 
 def _proc_table() -> dict[int, tuple[int, str, int]]:

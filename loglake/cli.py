@@ -136,7 +136,7 @@ def cmd_speed(config: Config, args) -> int:
 
 
 def speed_status(config: Config, datasets: list[Dataset]) -> int:
-    from loglake.kafka_admin import dataset_state
+    from loglake.status import dataset_status, format_status
 
     for ds in datasets:
         pid = _speed_process(config, ds).pid()
@@ -148,14 +148,9 @@ def speed_status(config: Config, datasets: list[Dataset]) -> int:
                      f"{prog.get('numInputRows')} rows, {prog.get('processedRowsPerSecond', 0):,.0f} rows/s")
         print(line)
         try:
-            parts = dataset_state(config, ds)
+            print("\n".join(format_status(ds, dataset_status(config, ds))[1:]))
         except LoglakeError as e:
             print(f"  {e}")
-            continue
-        for s in parts:
-            pos = "-" if s.speed_position is None else s.speed_position
-            lag = "-" if s.lag is None else s.lag
-            print(f"  [{s.partition}] end {s.end}  speed position {pos}  lag {lag}")
     return 0
 
 
@@ -318,6 +313,7 @@ def _demo_batch_run(config: Config) -> dict:
 def cmd_demo(config: Config, args) -> int:
     """The whole platform: Kafka, speed streams, Airflow; a scheduled batch; an exact serving view."""
     from loglake import platform
+    from loglake.kafka_admin import watermarks
     from loglake.produce import produce
     from loglake.tables import table_counts
 
@@ -336,12 +332,12 @@ def cmd_demo(config: Config, args) -> int:
     print("speed layer: every stream at the log end")
     ok = True
     for ds in config.datasets.values():
-        from loglake.kafka_admin import watermarks
         counts = table_counts(config, ds)
         log_total = sum(hi - lo for lo, hi in watermarks(config, ds.topic).values())
-        exact = counts["speed"] + counts["quarantine"] - _batch_quarantined(config, ds) == log_total
+        speed_quarantined = counts["quarantine"] - _batch_quarantined(config, ds)
+        exact = counts["speed"] + speed_quarantined == log_total
         print(f"  {ds.name}: log {log_total} records = speed {counts['speed']} + speed quarantine "
-              f"{counts['quarantine'] - _batch_quarantined(config, ds)}: {'yes' if exact else 'NO'}")
+              f"{speed_quarantined}: {'yes' if exact else 'NO'}")
         ok &= exact
 
     print("airflow: waiting for the scheduled loglake_batch run ...")
@@ -384,9 +380,9 @@ def cmd_demo(config: Config, args) -> int:
 
 
 def _batch_quarantined(config: Config, ds: Dataset) -> int:
-    from loglake.tables import _open, query
+    from loglake.tables import open_table, query
 
-    t = _open(config.table_path(ds, "quarantine"))
+    t = open_table(config.table_path(ds, "quarantine"))
     return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 

@@ -17,7 +17,6 @@ import base64
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from loglake.errors import ProcessError, SetupError
 from loglake.paths import jars
+from loglake.processes import free_port, port_open  # noqa: F401  (free_port: for tests)
 
 # Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
 # writer for the file, so JVM crashes and log4j2 lines interleave in order.
@@ -47,13 +47,6 @@ _START_MARK = "=== loglake: starting"  # written to kafka.log before each start
 _ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
 
 
-def free_port() -> int:
-    """A TCP port free on localhost right now (the OS picks it; racy but fine for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def java_executable() -> str:
     """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
     home = os.environ.get("JAVA_HOME")
@@ -72,14 +65,6 @@ def _new_cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cid.startswith("-"):
             return cid
-
-
-def _port_open(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection(("localhost", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _cmdline(pid: int) -> str | None:
@@ -151,7 +136,7 @@ class EmbeddedKafka:
 
     def answers(self, timeout: float = 2.0) -> bool:
         """True when the broker accepts connections and (with confluent_kafka) returns metadata."""
-        if not _port_open(self.port, timeout=min(timeout, 0.5)):
+        if not port_open(self.port, timeout=min(timeout, 0.5)):
             return False
         try:
             from confluent_kafka.admin import AdminClient
@@ -183,7 +168,7 @@ class EmbeddedKafka:
             self._wait_ready(deadline, timeout)  # perhaps started a moment ago elsewhere
             return
         for p in (self.port, self.controller_port):
-            if _port_open(p):
+            if port_open(p):
                 raise ProcessError(f"cannot start Kafka on {self.bootstrap}: localhost:{p} is already in use")
         java = java_executable()
         classpath = os.pathsep.join(str(j) for j in jars("kafka"))

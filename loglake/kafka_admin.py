@@ -80,16 +80,32 @@ def end_offsets(config: Config, topic: str) -> dict[int, int]:
     return {p: hi for p, (_lo, hi) in watermarks(config, topic).items()}
 
 
-def offsets_for_times(config: Config, topic: str, timestamp_ms: int) -> dict[int, int]:
+def offsets_for_times(config: Config, topic: str, timestamp_ms: int,
+                      marks: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
     """Per partition, the first offset whose record timestamp is >= ``timestamp_ms``
-    (the end offset where no such record exists yet)."""
-    marks = watermarks(config, topic)
+    (the end offset where no such record exists yet). ``marks``: ``watermarks(topic)``
+    if the caller already read them."""
+    marks = marks if marks is not None else watermarks(config, topic)
     c = _consumer(config)
     try:
         found = c.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in marks], timeout=TIMEOUT)
     finally:
         c.close()
     return {tp.partition: (tp.offset if tp.offset >= 0 else marks[tp.partition][1]) for tp in found}
+
+
+def _retrying(call, what: str):
+    """``call()`` until it succeeds, retrying while the group coordinator moves or is still
+    loading ``__consumer_offsets`` (right after a broker starts); other errors are final."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            err = e.args[0]
+            if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
+                raise KafkaUnavailableError(f"{what} failed: {err}") from None
+            time.sleep(0.5)
 
 
 def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -102,39 +118,23 @@ def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[i
         return
     client = admin(config)
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            for fut in client.alter_consumer_group_offsets([request], request_timeout=TIMEOUT).values():
-                result = fut.result(timeout=TIMEOUT)
-                failed = [tp.error for tp in result.topic_partitions if tp.error is not None]
-                if failed:
-                    raise KafkaException(failed[0])
-            return
-        except KafkaException as e:
-            err = e.args[0]
-            # The coordinator moves or is still loading __consumer_offsets (first commit on
-            # a fresh broker): retriable, so retry until the deadline.
-            if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
-                raise KafkaUnavailableError(f"committing {group} offsets for {topic} failed: {err}") from None
-            time.sleep(0.5)
+
+    def commit():
+        for fut in client.alter_consumer_group_offsets([request], request_timeout=TIMEOUT).values():
+            failed = [tp.error for tp in fut.result(timeout=TIMEOUT).topic_partitions if tp.error is not None]
+            if failed:
+                raise KafkaException(failed[0])
+
+    _retrying(commit, f"committing {group} offsets for {topic}")
 
 
 def group_offsets(config: Config, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     """``group``'s committed position per partition (None where it has none)."""
     c = _consumer(config, group)
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while True:
-            try:
-                tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT)
-                return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
-            except KafkaException as e:
-                err = e.args[0]
-                # Right after a broker starts the coordinator is still loading: retriable.
-                if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
-                    raise KafkaUnavailableError(f"reading {group} offsets for {topic} failed: {err}") from None
-                time.sleep(0.5)
+        tps = _retrying(lambda: c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT),
+                        f"reading {group} offsets for {topic}")
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
     finally:
         c.close()
 
@@ -145,10 +145,6 @@ class PartitionState:
     earliest: int
     end: int
     speed_position: int | None
-
-    @property
-    def lag(self) -> int | None:
-        return None if self.speed_position is None else self.end - self.speed_position
 
 
 def dataset_state(config: Config, ds: Dataset) -> list[PartitionState]:

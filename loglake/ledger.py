@@ -20,9 +20,9 @@ def ledger_path(config: Config) -> str:
 
 def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
     """The ledger's rows of ``ds`` on its current topic (empty when nothing ran yet)."""
-    from loglake.tables import _open, query
+    from loglake.tables import open_table, query
 
-    table = _open(ledger_path(config))
+    table = open_table(ledger_path(config))
     if table is None:
         return []
     name = ds.name.replace("'", "''")

@@ -215,8 +215,8 @@ def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str 
     start_ms, end_ms = parse_timestamp(from_ts, "from_ts"), parse_timestamp(to_ts, "to_ts")
     if start_ms > end_ms:
         raise ParamError("from_ts", f"from_ts ({from_ts}) is after to_ts ({to_ts})")
-    starts = offsets_for_times(config, ds.topic, start_ms)
-    ends = offsets_for_times(config, ds.topic, end_ms)
+    starts = offsets_for_times(config, ds.topic, start_ms, log)
+    ends = offsets_for_times(config, ds.topic, end_ms, log)
     specs = [(p, starts[p], ends[p]) for p in sorted(log) if ends[p] > starts[p]]
     if not specs:
         return Plan(ds.name, (), "backfill", (f"no records between {from_ts} and {to_ts}",))

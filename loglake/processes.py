@@ -87,6 +87,26 @@ class Managed:
             return ""
 
 
+def free_port() -> int:
+    """A TCP port free on localhost right now (the OS picks it; racy but fine for tests)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on localhost:``port``."""
+    import socket
+
+    try:
+        with socket.create_connection(("localhost", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from loglake.config import Config, Dataset
 
 
-def _open(path: str):
+def open_table(path: str):
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -34,7 +34,7 @@ def _count(table) -> int:
 def table_counts(config: Config, ds: Dataset) -> dict[str, int]:
     """Row count of each of the dataset's tables (0 for tables not created yet)."""
     layers = ["speed", "quarantine", "batch"] + (["latest"] if ds.kind == "changelog" else [])
-    return {layer: _count(_open(config.table_path(ds, layer))) for layer in layers}
+    return {layer: _count(open_table(config.table_path(ds, layer))) for layer in layers}
 
 
 def table_summary(config: Config, ds: Dataset) -> list[str]:
@@ -42,7 +42,7 @@ def table_summary(config: Config, ds: Dataset) -> list[str]:
     lines = []
     for layer in ["speed", "quarantine"] + (["latest"] if ds.kind == "changelog" else []):
         path = config.table_path(ds, layer)
-        t = _open(path)
+        t = open_table(path)
         name = getattr(ds.tables, layer)
         if t is None:
             lines.append(f"{name}: no table yet at {path}")

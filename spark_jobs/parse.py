@@ -125,7 +125,7 @@ def validate(raw: DataFrame, ds: Dataset) -> DataFrame:
     if ds.kind == "changelog":
         x = F.col(f"_x_{ds.key}").cast("string")
         checks.append(F.when(~value_null & (F.col("_key").isNull() | (F.col("_key") != x)), _reason(
-            "key_mismatch", F.concat(F.lit(f"record key "), F.coalesce(F.col("_key"), F.lit("null")),
+            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(F.col("_key"), F.lit("null")),
                                      F.lit(f" differs from field {ds.key!r} = "), F.coalesce(x, F.lit("null"))))))
     reason = F.coalesce(*checks)
     fields = [F.col(f"_x_{n}").alias(n) for n in ds.fields]

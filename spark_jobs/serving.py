@@ -29,28 +29,32 @@ def below_watermark(watermarks: Mapping[int, int]) -> str:
     return " OR ".join(f"(_partition = {p} AND _offset < {w})" for p, w in sorted(watermarks.items()))
 
 
-def events_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
-                    columns: list[str]) -> str:
+def _layers_union(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+                  batch_cols: str, speed_cols: str) -> str:
+    """Batch rows below the watermark UNION ALL speed rows at or above it (either may be absent)."""
     below = below_watermark(watermarks)
-    cols = ", ".join(f"`{c}`" for c in columns)
     parts = []
     if batch:
-        parts.append(f"SELECT {cols} FROM {batch} WHERE {below}")
+        parts.append(f"SELECT {batch_cols} FROM {batch} WHERE {below}")
     if speed:
-        parts.append(f"SELECT {cols} FROM {speed} WHERE NOT ({below})")
+        parts.append(f"SELECT {speed_cols} FROM {speed} WHERE NOT ({below})")
     return " UNION ALL ".join(parts)
+
+
+def _quoted(columns: list[str]) -> str:
+    return ", ".join(f"`{c}`" for c in columns)
+
+
+def events_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+                    columns: list[str]) -> str:
+    cols = _quoted(columns)
+    return _layers_union(batch, speed, watermarks, cols, cols)
 
 
 def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
                        key: str, columns: list[str]) -> str:
-    below = below_watermark(watermarks)
-    cols = ", ".join(f"`{c}`" for c in columns)
-    parts = []
-    if batch:
-        parts.append(f"SELECT {cols}, false AS _deleted FROM {batch} WHERE {below}")
-    if speed:
-        parts.append(f"SELECT {cols}, _deleted FROM {speed} WHERE NOT ({below})")
-    union = " UNION ALL ".join(parts)
+    cols = _quoted(columns)
+    union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
     return (f"SELECT {cols} FROM (SELECT *, row_number() OVER (PARTITION BY `{key}` "
             f"ORDER BY _offset DESC, _partition DESC) AS _rank FROM ({union})) WHERE _rank = 1 AND NOT _deleted")
 
@@ -61,9 +65,9 @@ def version_at(path: str, timestamp_ms: int) -> int | None:
     Unlike Delta's ``TIMESTAMP AS OF``, a time after the last commit is fine: the table
     then was what its last commit made it.
     """
-    from loglake.tables import _open
+    from loglake.tables import open_table
 
-    table = _open(path)
+    table = open_table(path)
     if table is None:
         return None
     versions = [h["version"] for h in table.history() if h.get("timestamp", 0) <= timestamp_ms]

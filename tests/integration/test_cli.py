@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -70,8 +69,32 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
     from loglake.processes import _group_alive
     assert pid is not None and not _group_alive(pid)
 
-    from loglake.tables import _open, query
-    speed = query(_open(config.table_path(ds, "speed")), "SELECT _partition, _offset FROM t")
-    quarantine = query(_open(config.table_path(ds, "quarantine")), "SELECT _partition, _offset FROM t")
+    from loglake.tables import open_table, query
+    speed = query(open_table(config.table_path(ds, "speed")), "SELECT _partition, _offset FROM t")
+    quarantine = query(open_table(config.table_path(ds, "quarantine")), "SELECT _partition, _offset FROM t")
     assert len(speed) == 640 and len(quarantine) == 60
     assert len({(r["_partition"], r["_offset"]) for r in speed + quarantine}) == 700
+
+
+def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
+    port = free_port()
+    config = make_config()
+    conf = config.conf_dir / "loglake.yaml"
+    data = yaml.safe_load(conf.read_text())
+    data["profiles"]["test"]["kafka"] = {"bootstrap_servers": f"localhost:{port}", "embedded": True}
+    conf.write_text(yaml.safe_dump(data))
+    try:
+        r = loglake(config, "kafka", "start")
+        assert r.returncode == 0, r.stderr
+        assert "started in" in r.stdout and f"localhost:{port}" in r.stdout
+        again = loglake(config, "kafka", "start")
+        assert "already running" in again.stdout
+        loglake(config, "produce", "job_views", "--count", "60", "--quiet")
+        status = loglake(config, "kafka", "status")
+        assert status.returncode == 0, status.stderr
+        assert f"{config.dataset('job_views').topic}: 6 partition(s), 60 retained offset(s)" in status.stdout
+    finally:
+        stop = loglake(config, "kafka", "stop")
+    assert "kafka: stopped" in stop.stdout
+    down = loglake(config, "kafka", "status", timeout=60)
+    assert down.returncode == 2 and "did not answer" in down.stderr

@@ -14,7 +14,7 @@ from loglake.kafka_admin import watermarks
 from loglake.ledger import ledger_rows
 from loglake.ledger import watermarks as batch_watermarks
 from loglake.produce import produce
-from loglake.tables import _open, query
+from loglake.tables import open_table, query
 
 pytestmark = pytest.mark.system
 
@@ -23,7 +23,7 @@ def covered(config, ds) -> list[tuple[int, int]]:
     """(partition, offset) of every row the batch layer wrote: batch rows and batch quarantine."""
     out = []
     for layer, where in (("batch", "TRUE"), ("quarantine", "_layer = 'batch'")):
-        table = _open(config.table_path(ds, layer))
+        table = open_table(config.table_path(ds, layer))
         if table is not None:
             rows = query(table, f"SELECT _partition, _offset FROM t WHERE {where}")
             out += [(r["_partition"], r["_offset"]) for r in rows]
@@ -94,7 +94,7 @@ def test_invalid_backfill_is_rejected_naming_the_field_before_any_spark_job(make
     assert run.tasks["plan", -1]["state"] == "failed"
     assert run.tasks["recompute", -1]["state"] == "upstream_failed"
     assert "Spark-Submit cmd" not in run.output
-    assert _open(config.table_path(ds, "batch")) is None and ledger_rows(config, ds) == []
+    assert open_table(config.table_path(ds, "batch")) is None and ledger_rows(config, ds) == []
 
 
 @pytest.mark.parametrize("conf, field", [
