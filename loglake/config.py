@@ -32,6 +32,9 @@ _TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
+_EXPECTATION = re.compile(r"^expect_[a-z0-9_]+$")
+PROVENANCE = ("_topic", "_partition", "_offset", "_timestamp")
+MIN_VACUUM_RETENTION_HOURS = 168.0  # Delta's own default guard: 7 days
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
 
 
@@ -101,6 +104,66 @@ class Tables(_Strict):
         return v
 
 
+class Expectation(_Strict):
+    """One quality expectation: a Great Expectations 1.x expectation and how much it matters.
+
+    ``expectation`` is the snake_case name (``expect_column_values_to_not_be_null``);
+    ``kwargs`` are its arguments besides ``column``; ``severity: fail`` stops a batch range
+    from being published, ``warn`` is recorded and shown.
+    """
+
+    expectation: str
+    column: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    severity: Literal["warn", "fail"] = "fail"
+
+    @field_validator("expectation")
+    @classmethod
+    def _gx_name(cls, v: str) -> str:
+        if not _EXPECTATION.match(v):
+            raise ValueError(f"{v!r} is not a Great Expectations expectation name "
+                             "(snake_case, starting with expect_, e.g. expect_column_values_to_not_be_null)")
+        return v
+
+    @model_validator(mode="after")
+    def _column_once(self) -> "Expectation":
+        if "column" in self.kwargs:
+            raise KeyedValueError("kwargs.column", "give the column as the expectation's column key, not in kwargs")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"{self.expectation}({self.column})" if self.column else self.expectation
+
+
+def check_vacuum_retention(hours: float, allow_short: bool) -> None:
+    """VACUUM must keep at least a week of history unless a shorter one is asked for explicitly.
+
+    Time travel, concurrent readers and the streaming checkpoint's view of old versions
+    need the files VACUUM would delete; Delta guards 168 hours by default and so does loglake.
+    """
+    if hours < MIN_VACUUM_RETENTION_HOURS and not allow_short:
+        raise KeyedValueError(
+            "vacuum_retention_hours",
+            f"a VACUUM retention of {hours:g} hours is below the {MIN_VACUUM_RETENTION_HOURS:g}-hour guard; "
+            "time travel and readers of older versions would lose their files. Set "
+            "allow_short_vacuum_retention: true beside it to lower it on purpose")
+
+
+class Maintenance(_Strict):
+    """How ``loglake_maintenance`` keeps a dataset's tables compact."""
+
+    zorder_by: list[str] = Field(default_factory=list)
+    expire_speed: bool = True           # delete speed rows below the batch watermark
+    vacuum_retention_hours: float = Field(default=MIN_VACUUM_RETENTION_HOURS, ge=0)
+    allow_short_vacuum_retention: bool = False
+
+    @model_validator(mode="after")
+    def _retention_guard(self) -> "Maintenance":
+        check_vacuum_retention(self.vacuum_retention_hours, self.allow_short_vacuum_retention)
+        return self
+
+
 class Dataset(_Strict):
     """A dataset: a topic, its key, the schema of its values, a transform and tables."""
 
@@ -113,6 +176,8 @@ class Dataset(_Strict):
     transform: str
     tables: Tables
     description: str = ""
+    quality: list[Expectation] = Field(default_factory=list)
+    maintenance: Maintenance = Field(default_factory=Maintenance)
 
     @field_validator("transform")
     @classmethod
@@ -145,6 +210,15 @@ class Dataset(_Strict):
             raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
         if self.kind == "events" and self.tables.latest is not None:
             raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
+        columns = set(self.schema_) | set(PROVENANCE)
+        for i, e in enumerate(self.quality):
+            if e.column is not None and e.column not in columns:
+                raise KeyedValueError(f"quality.{i}.column", f"column {e.column!r} is not a field of the schema "
+                                                             f"or a provenance column ({', '.join(sorted(columns))})")
+        for i, c in enumerate(self.maintenance.zorder_by):
+            if c not in columns:
+                raise KeyedValueError(f"maintenance.zorder_by.{i}", f"column {c!r} is not a field of the schema "
+                                                                    f"or a provenance column")
         return self
 
     @property
@@ -274,6 +348,10 @@ class Config:
             raise ConfigError(f"dataset {ds.name} has no {layer} table", key=f"datasets.{ds.name}.tables.{layer}")
         schema, _, table = name.partition(".")
         return f"{self.lake_root.rstrip('/')}/{schema}/{table}"
+
+    def system_table_path(self, name: str) -> str:
+        """Location of one of loglake's own tables (``_ledger/offsets``, ``_quality_results``, ...)."""
+        return f"{self.lake_root.rstrip('/')}/{name}"
 
     def checkpoint_path(self, dataset: Dataset | str, job: str = "speed") -> str:
         ds = self.dataset(dataset) if isinstance(dataset, str) else dataset

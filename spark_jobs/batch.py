@@ -21,31 +21,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset
-from loglake.errors import DataLossError, OffsetError
+from loglake.errors import OffsetError
 from loglake.kafka_admin import watermarks as log_state
 from loglake.ledger import ledger_path
 from loglake.offsets import OffsetRange
-from loglake.planning import Plan
+from loglake.planning import Plan, validate_ranges
 from spark_jobs import delta_io, parse
-from spark_jobs.session import job_context, job_parser
+from spark_jobs.session import job_context, job_parser, run_main
 from spark_jobs.speed import kafka_source_options
 
 
 def check_retained(config: Config, ranges: list[OffsetRange]) -> None:
-    """Fail before reading if Kafka no longer holds a range (data loss is never skipped)."""
-    if not ranges:
-        return
-    log = log_state(config, ranges[0].topic)
-    for r in ranges:
-        if r.partition not in log:
-            raise OffsetError(f"partition {r.partition} does not exist in {r.topic}", topic=r.topic,
-                              partition=r.partition)
-        earliest, end = log[r.partition]
-        if r.size and r.start < earliest:
-            raise DataLossError(r.topic, r.partition, r.start, min(earliest, r.end),
-                                f"earliest retained offset is {earliest}")
-        if r.end > end:
-            raise OffsetError(f"range {r} ends beyond the log end {end}", topic=r.topic, partition=r.partition)
+    """Fail before reading if Kafka no longer holds a range (data loss is never skipped).
+
+    The plan was validated when it was made; the log may have moved since (retention),
+    so the same rule is applied again to the log as it is now.
+    """
+    if ranges:
+        validate_ranges(ranges[0].topic, [(r.partition, r.start, r.end) for r in ranges],
+                        log_state(config, ranges[0].topic))
 
 
 def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) -> DataFrame:
@@ -143,4 +137,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -69,6 +69,30 @@ def job_parser(prog: str, description: str):
     return p
 
 
+def report_failure(e: BaseException) -> int:
+    """Print a failing job's JSON summary line and return its exit code (2).
+
+    loglake's own errors (bad input, data loss, a failed quality gate) are not fixed by
+    running the job again; ``"retryable": false`` tells the Airflow operator to fail the
+    task at once instead of retrying, and the CLI shows the message.
+    """
+    import json
+
+    print(json.dumps({"error": str(e), "error_type": type(e).__name__, "retryable": False}), flush=True)
+    return 2
+
+
+def run_main(main, argv: list[str] | None = None) -> int:
+    """Run a job's ``main``; a ``LoglakeError`` ends it with ``report_failure``."""
+    from loglake.errors import LoglakeError
+
+    try:
+        return main(argv)
+    except LoglakeError as e:
+        print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return report_failure(e)
+
+
 def job_context(args, app: str):
     """(config, dataset, spark) for a job's parsed arguments."""
     from loglake.config import load_config

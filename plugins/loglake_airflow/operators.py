@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAlias
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from loglake_airflow.datasets import table_asset
 from loglake_airflow.hooks import SummarySparkSubmitHook
@@ -29,6 +30,8 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
     The job's JSON summary line is the task's return value (XCom), with
     ``submit_seconds``, the wall time of spark-submit. For each ``AssetAlias`` outlet,
     an event is emitted for the batch and quarantine tables of the job's ``--dataset``.
+    A job that ends with a summary saying ``"retryable": false`` (its input is invalid,
+    data was lost, the quality gate failed) fails the task without retries.
 
     :param job: the job under ``spark_jobs/`` (``batch``)
     """
@@ -52,7 +55,13 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         self._spark_binary = self._spark_binary or spec["spark_binary"]
 
         started = time.monotonic()
-        super().execute(context)
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            failure = getattr(getattr(self, "_hook", None), "summary", None) or {}
+            if failure.get("retryable") is False:  # bad input, data loss, a failed quality gate
+                raise AirflowFailException(f"{failure.get('error_type')}: {failure.get('error')}") from e
+            raise
         submit_seconds = time.monotonic() - started
         summary = dict(getattr(self._hook, "summary", None) or {})
         app = summary.get("seconds")

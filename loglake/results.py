@@ -1,0 +1,89 @@
+"""loglake's own record tables: quality results, audit results, the maintenance log.
+
+Each is a Delta table under the lake root, written by the step that produces it and
+read here without a JVM (delta-rs) for ``loglake status``, the Airflow UI page and the
+demo. Their schemas are part of the contract between writer and readers:
+
+``_quality_results`` (written by ``spark_jobs/quality.py``), one row per expectation per
+validation run: dataset, topic, ranges (JSON list of {partition, start, end}), run_id,
+expectation, column, severity (warn|fail), success, element_count, unexpected_count,
+observed (JSON of the GX result), sample_offsets ("P:OFFSET, ..."), published (the run's
+verdict: no ``fail`` expectation failed), validated_at.
+
+``_audit_results`` (written by ``loglake.audit``), one row per partition and layer per
+audit: dataset, topic, partition, layer (batch|speed), checked_from, checked_to (the
+offsets ``[from, to)`` checked), offsets_checked (offsets the log holds there), missing,
+duplicated, unexpected (table offsets the log does not hold), sample_missing,
+sample_duplicated, sample_unexpected, ok, run_id, audited_at.
+
+``_maintenance_log`` (written by ``spark_jobs/maintenance.py``), one row per table and
+operation: dataset, table, path, operation (optimize|expire|vacuum), files_before,
+bytes_before, files_after, bytes_after, version_before, version_after, rows_deleted,
+attempts, seconds, run_id, started_at.
+"""
+
+from __future__ import annotations
+
+from loglake.config import Config, Dataset
+
+QUALITY_RESULTS = "_quality_results"
+AUDIT_RESULTS = "_audit_results"
+MAINTENANCE_LOG = "_maintenance_log"
+
+
+def _rows(config: Config, table: str, ds: Dataset, order: str, where: str = "") -> list[dict]:
+    from loglake.tables import open_table, query
+
+    t = open_table(config.system_table_path(table))
+    if t is None:
+        return []
+    name = ds.name.replace("'", "''")
+    return query(t, f"SELECT * FROM t WHERE dataset = '{name}'{where} ORDER BY {order}")
+
+
+def _last_run(rows: list[dict], time_column: str) -> list[dict]:
+    """The rows of the most recent run (by ``time_column``) in ``rows``."""
+    if not rows:
+        return []
+    last = max(rows, key=lambda r: r[time_column])["run_id"]
+    return [r for r in rows if r["run_id"] == last]
+
+
+def last_quality(config: Config, ds: Dataset) -> dict | None:
+    """The latest validation of ``ds``: run, time, verdict, failed and warned expectations."""
+    rows = _last_run(_rows(config, QUALITY_RESULTS, ds, "validated_at"), "validated_at")
+    if not rows:
+        return None
+    failed = [r for r in rows if not r["success"]]
+    return {
+        "run_id": rows[0]["run_id"],
+        "validated_at": max(r["validated_at"] for r in rows),
+        "published": bool(rows[0]["published"]),
+        "expectations": len(rows),
+        "failed": [f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
+                   for r in failed if r["severity"] == "fail"],
+        "warned": [f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
+                   for r in failed if r["severity"] == "warn"],
+    }
+
+
+def last_audit(config: Config, ds: Dataset) -> dict | None:
+    """The latest audit of ``ds``: run, time, ok, and missing/duplicated/unexpected totals."""
+    rows = _last_run(_rows(config, AUDIT_RESULTS, ds, "audited_at"), "audited_at")
+    if not rows:
+        return None
+    return {
+        "run_id": rows[0]["run_id"],
+        "audited_at": max(r["audited_at"] for r in rows),
+        "ok": all(r["ok"] for r in rows),
+        "offsets_checked": sum(r["offsets_checked"] for r in rows),
+        "missing": sum(r["missing"] for r in rows),
+        "duplicated": sum(r["duplicated"] for r in rows),
+        "unexpected": sum(r["unexpected"] for r in rows),
+        "partitions": rows,
+    }
+
+
+def last_maintenance(config: Config, ds: Dataset) -> list[dict]:
+    """The rows of the latest maintenance run of ``ds`` (one per table and operation)."""
+    return _last_run(_rows(config, MAINTENANCE_LOG, ds, "started_at"), "started_at")
