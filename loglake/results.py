@@ -87,3 +87,9 @@ def last_audit(config: Config, ds: Dataset) -> dict | None:
 def last_maintenance(config: Config, ds: Dataset) -> list[dict]:
     """The rows of the latest maintenance run of ``ds`` (one per table and operation)."""
     return _last_run(_rows(config, MAINTENANCE_LOG, ds, "started_at"), "started_at")
+
+
+def data_docs_dir(config: Config):
+    """Where Great Expectations builds the Data Docs site (``index.html``): the GX file
+    project lives in the state directory, ``<state>/gx``."""
+    return config.home / "gx" / "uncommitted" / "data_docs" / "local_site"
