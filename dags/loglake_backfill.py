@@ -13,9 +13,13 @@ Trigger it with the form:
    exists, `0 <= START <= END`, `END` within the log end, offsets still retained, ranges
    not overlapping. A bad request fails at once, naming the field
    (e.g. `ranges[1].start: start (200) is after end (100)`). The plan is in the task log.
-2. **recompute** runs `spark_jobs/batch.py` under spark-submit: it replaces exactly those
-   offsets in `batch.<dataset>` and `quarantine.<dataset>` and records them in the offsets
-   ledger. Re-running a range leaves identical tables. Skipped on a dry run.
+2. **dataset.recompute** runs `spark_jobs/batch.py` under spark-submit: it replaces exactly
+   those offsets in `batch.<dataset>` and `quarantine.<dataset>` and records them in the
+   offsets ledger as written. Re-running a range leaves identical tables.
+3. **dataset.quality** validates exactly those rows with the dataset's Great Expectations
+   suite and publishes the ranges (the watermark may pass them) only if no `fail`
+   expectation failed; otherwise it fails naming the expectations. Both are skipped on a
+   dry run.
 
 Manual only (no schedule); one run at a time.
 """
@@ -27,8 +31,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, task
 
 from loglake_airflow import DEFAULT_ARGS
-from loglake_airflow.datasets import TABLES
-from loglake_airflow.operators import LoglakeSparkSubmitOperator
+from loglake_airflow.groups import write_audit_publish
 from loglake_airflow.params import backfill_params
 from loglake_airflow.plans import backfill_args
 
@@ -49,9 +52,4 @@ with DAG(
         """Validate the request and plan it; the batch job's arguments, or nothing on a dry run."""
         return backfill_args(context["params"], f"{context['dag'].dag_id}/{context['run_id']}")
 
-    LoglakeSparkSubmitOperator.partial(
-        task_id="recompute",
-        job="batch",
-        outlets=[TABLES],
-        map_index_template="{{ task.application_args[1] }}",
-    ).expand(application_args=plan())
+    write_audit_publish.expand(args=plan())

@@ -8,11 +8,17 @@ parsed), for every dataset in `conf/datasets`:
 1. **plan** reads each partition's log end and its batch watermark W_p (from the offsets
    ledger) and plans the offsets `[W_p, end)`. Datasets with nothing new, or without a
    topic yet, are skipped; the plan is in the task log.
-2. **recompute**, one mapped task per planned dataset, runs `spark_jobs/batch.py` under
-   spark-submit (connection `loglake_spark`): it replaces exactly those offsets in
-   `batch.<dataset>` and `quarantine.<dataset>`, then records the ranges in the ledger,
-   which advances the watermark. Its return value is the job's summary (records,
-   quarantined, seconds); it emits events for the two tables' Assets.
+2. **dataset** — a task group mapped over the planned datasets (write → audit → publish):
+   - **recompute** runs `spark_jobs/batch.py` under spark-submit (connection
+     `loglake_spark`): it replaces exactly those offsets in `batch.<dataset>` and
+     `quarantine.<dataset>` and records the ranges in the ledger as *written*;
+   - **quality** runs `spark_jobs/quality.py`: the dataset's Great Expectations suite
+     (`quality:` in its conf file) on exactly the rows of those ranges; results go to
+     `_quality_results` and the Data Docs. Only if no `fail` expectation failed are the
+     ranges *published*, which advances the watermark; otherwise the task fails (no
+     retry) naming each failed expectation, its column, the unexpected count and sample
+     offsets. It emits events for the tables' Assets once published.
+   Each task's return value is its job's summary (records, quarantined, seconds, ...).
 
 Datasets are recomputed one at a time unless `LOGLAKE_BATCH_PARALLELISM` says more.
 No catch-up: a run always plans from the watermark, so a skipped interval loses nothing.
@@ -27,8 +33,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, task
 
 from loglake_airflow import DEFAULT_ARGS
-from loglake_airflow.datasets import TABLES
-from loglake_airflow.operators import LoglakeSparkSubmitOperator
+from loglake_airflow.groups import write_audit_publish
 from loglake_airflow.plans import batch_args
 
 with DAG(
@@ -47,12 +52,4 @@ with DAG(
         """Plan [W_p, end) per partition of every dataset; the batch job's arguments per non-empty plan."""
         return batch_args(f"{context['dag'].dag_id}/{context['run_id']}")
 
-    LoglakeSparkSubmitOperator.partial(
-        task_id="recompute",
-        job="batch",
-        outlets=[TABLES],
-        # One Spark driver at a time by default: on a small machine the streams already hold
-        # JVMs, and parallel jobs only contend for the same cores.
-        max_active_tis_per_dagrun=int(os.environ.get("LOGLAKE_BATCH_PARALLELISM", "1")),
-        map_index_template="{{ task.application_args[1] }}",
-    ).expand(application_args=plan())
+    write_audit_publish.expand(args=plan())

@@ -190,7 +190,8 @@ def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tu
 
 
 def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
-    """Print the plan; unless dry-run, recompute it with the batch job and print a summary."""
+    """Print the plan; unless dry-run, write it (batch job), validate and publish it (quality
+    job) as the DAGs do, and print a summary of each."""
     from datetime import datetime, timezone
 
     from loglake.launch import spark_submit
@@ -203,18 +204,33 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
         print(f"{ds.name}: nothing to recompute (the batch layer is at the log end)")
         return 0
     run_id = f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{plan.kind}"
+    job_args = ["--dataset", ds.name, "--plan", plan.to_json(), "--run-id", run_id]
     t0 = time.monotonic()
-    code, summary = run_job(config, spark_submit(config, "batch", [
-        "--dataset", ds.name, "--plan", plan.to_json(), "--run-id", run_id]))
+    code, summary = run_job(config, spark_submit(config, "batch", job_args))
     if code:
-        print(f"{plan.kind} {ds.name}: failed with exit code {code}", file=sys.stderr)
+        print(f"{plan.kind} {ds.name}: failed with exit code {code}: {summary.get('error', 'see above')}",
+              file=sys.stderr)
         return code
     rate = summary.get("records_per_second")
     print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
           f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
           f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
+    code = print_quality(ds, *run_job(config, spark_submit(config, "quality", job_args)))
     from loglake.status import dataset_status, format_status
     print("\n".join(format_status(ds, dataset_status(config, ds))))
+    return code
+
+
+def print_quality(ds: Dataset, code: int, summary: dict) -> int:
+    """Print the quality job's outcome; its exit code (non-zero: not published)."""
+    if code:
+        print(f"quality {ds.name}: NOT published (the watermark stays): {summary.get('error', f'exit code {code}')}",
+              file=sys.stderr)
+        return code
+    warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected, e.g. offsets "
+                       f"{w['sample_offsets']}" for w in summary.get("warned", []))
+    print(f"quality {ds.name}: {summary['expectations']} expectation(s) on {summary['rows']} rows passed; "
+          f"published in {summary['seconds']:.1f}s" + (f"; warnings: {warned}" if warned else ""))
     return 0
 
 
@@ -297,8 +313,8 @@ def _demo_batch_run(config: Config) -> dict:
     tis = client.task_instances("loglake_batch", run_id)
     jobs, overheads, plan_seconds, spark_max = [], [], 0.0, 0.0
     for ti in tis:
-        if ti["task_id"] == "recompute":
-            summary = client.xcom("loglake_batch", run_id, "recompute", ti["map_index"]) or {}
+        if ti["task_id"] == "dataset.recompute":
+            summary = client.xcom("loglake_batch", run_id, "dataset.recompute", ti["map_index"]) or {}
             jobs.append(summary)
             if summary.get("submit_seconds") is not None and ti.get("duration") is not None:
                 overheads.append(ti["duration"] - summary["submit_seconds"])

@@ -1,9 +1,11 @@
 """The offsets ledger: which ranges the batch layer has recomputed, and so the watermarks.
 
-A Delta table at ``<lake>/_ledger/offsets`` with one row per completed range: dataset,
-topic, partition, start, end, records, quarantined, run_id, committed_at. It is written
-by the batch job (Spark) after the range's rows are committed, and read here without a
-JVM (delta-rs), so planning in an Airflow task or the CLI stays fast.
+A Delta table at ``<lake>/_ledger/offsets`` with one row per range and state: dataset,
+topic, partition, start, end, records, quarantined, run_id, state, committed_at. The
+batch job appends a range as ``written`` after its rows are committed; the quality gate
+appends it again as ``published`` once its suite passed. Only published ranges advance
+the watermark. Read here without a JVM (delta-rs), so planning in an Airflow task or
+the CLI stays fast.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from loglake.config import Config, Dataset
 from loglake.planning import compute_watermarks
 
-COLUMNS = ["dataset", "topic", "partition", "start", "end", "records", "quarantined", "run_id", "committed_at"]
+COLUMNS = ["dataset", "topic", "partition", "start", "end", "records", "quarantined", "run_id", "state",
+           "committed_at"]
 
 
 def ledger_path(config: Config) -> str:

@@ -138,7 +138,9 @@ def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogStat
 def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | None = None) -> dict[int, int]:
     """Per partition, the end of the contiguous coverage from the earliest offset.
 
-    ``ledger`` rows have ``partition``, ``start``, ``end``. Overlaps and repeats merge;
+    ``ledger`` rows have ``partition``, ``start``, ``end`` and ``state``: only *published*
+    ranges count (a *written* range waits for its quality gate; rows from before the gate
+    existed have no state and count as published). Overlaps and repeats merge;
     a gap stops the watermark (what lies beyond a gap is not published). With
     ``earliest`` (partition → earliest retained offset), coverage must start at or before
     it: a partition whose first range starts later has no watermark, since its first
@@ -147,7 +149,7 @@ def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | 
     """
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for row in ledger:
-        if row["end"] > row["start"]:
+        if row.get("state") in (None, "published") and row["end"] > row["start"]:
             by_partition.setdefault(int(row["partition"]), []).append((int(row["start"]), int(row["end"])))
     marks = {}
     for p, spans in by_partition.items():

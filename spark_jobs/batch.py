@@ -76,6 +76,19 @@ def _replace(df: DataFrame, path: str, predicate: str) -> None:
     (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path))
 
 
+LEDGER_SCHEMA = ("dataset string, topic string, partition int, start long, end long, records long, "
+                 "quarantined long, run_id string, state string")
+
+
+def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None:
+    """Append ranges to the offsets ledger, ``state`` written (by this job) or published
+    (by the quality gate); ``mergeSchema`` adds the state column to a ledger made before it."""
+    cols = [c.split()[0] for c in LEDGER_SCHEMA.split(", ")]
+    (spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], LEDGER_SCHEMA)
+     .withColumn("committed_at", F.current_timestamp())
+     .write.format("delta").mode("append").option("mergeSchema", "true").save(ledger_path(config)))
+
+
 def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str | None = None) -> dict:
     """Recompute ``plan``'s ranges; return a summary (records, quarantined, seconds)."""
     started = time.monotonic()
@@ -107,12 +120,10 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     finally:
         validated.unpersist()
 
-    ledger = [(ds.name, r.topic, r.partition, r.start, r.end, counts.get((r.partition, False), 0),
-               counts.get((r.partition, True), 0), run_id) for r in ranges]
-    (spark.createDataFrame(ledger, "dataset string, topic string, partition int, start long, end long, "
-                                   "records long, quarantined long, run_id string")
-     .withColumn("committed_at", F.current_timestamp())
-     .write.format("delta").mode("append").save(ledger_path(config)))
+    append_ledger(spark, config, [
+        {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
+         "records": counts.get((r.partition, False), 0), "quarantined": counts.get((r.partition, True), 0),
+         "run_id": run_id, "state": "written"} for r in ranges])
     seconds = time.monotonic() - started
     records = sum(n for (_p, bad), n in counts.items() if not bad)
     quarantined = sum(n for (_p, bad), n in counts.items() if bad)

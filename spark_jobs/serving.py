@@ -98,7 +98,7 @@ def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str
     clause = _as_of_clause(path, as_of) if _exists(spark, path) else None
     if clause is None:
         return {}
-    sql = f"SELECT `partition`, start, `end` FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' " \
+    sql = f"SELECT * FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' " \
           f"AND topic = '{ds.topic}'"
     from loglake.kafka_admin import watermarks as log_state
     earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}

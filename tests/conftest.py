@@ -38,8 +38,12 @@ def kafka_bootstrap(tmp_path_factory) -> str:
         kafka.stop()
 
 
-def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None) -> Path:
-    """A conf/ directory for one test: the repo's datasets on topics of their own."""
+def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
+               datasets: dict[str, dict] | None = None) -> Path:
+    """A conf/ directory for one test: the repo's datasets on topics of their own.
+
+    ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...).
+    """
     conf = root / "conf"
     (conf / "datasets").mkdir(parents=True, exist_ok=True)
     suffix = topic_suffix or uuid.uuid4().hex[:8]
@@ -54,6 +58,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     for src in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml"):
         data = yaml.safe_load(src.read_text())
         data["topic"] = f"{src.stem}-{suffix}"
+        data.update((datasets or {}).get(src.stem, {}))
         (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
     return conf
 

@@ -20,6 +20,7 @@ from loglake.planning import ParamError, Plan, plan_backfill, plan_batch
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
 from spark_jobs.batch import recompute_from_log, run_batch
+from spark_jobs.quality import recompute_and_publish, run_quality
 from spark_jobs.serving import serving_view
 from spark_jobs.speed import run_speed
 
@@ -45,15 +46,18 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     assert plan.offsets == 2000 and {r.start for r in plan.ranges} == {0}
     first = run_batch(spark, config, ds, plan, "run-1")
     assert (first["records"], first["quarantined"]) == (res.good, res.bad)
+    assert batch_watermarks(config, ds) == {}, "a written range is not published before its quality gate"
+    assert run_quality(spark, config, ds, plan, "run-1")["published"]
     batch_path, q_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     hashes = row_hashes(spark, batch_path), row_hashes(spark, q_path)
     assert len(hashes[0]) == res.good and len(hashes[1]) == res.bad
-    run_batch(spark, config, ds, plan, "run-2")
+    recompute_and_publish(spark, config, ds, plan, "run-2")
     assert (row_hashes(spark, batch_path), row_hashes(spark, q_path)) == hashes
     ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e > 0}
-    assert {r["run_id"] for r in ledger_rows(config, ds)} == {"run-1", "run-2"}
-    assert sum(r["records"] for r in ledger_rows(config, ds) if r["run_id"] == "run-1") == res.good
+    ledger = ledger_rows(config, ds)
+    assert {(r["run_id"], r["state"]) for r in ledger} == {(f"run-{i}", s) for i in (1, 2) for s in ("written", "published")}
+    assert sum(r["records"] for r in ledger if r["run_id"] == "run-1" and r["state"] == "published") == res.good
     # Nothing new: the scheduled plan is empty.
     assert plan_batch(config, ds).empty
 
@@ -124,7 +128,7 @@ def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config)
     produce(config, ds, 3000, bad_fraction=0.05, seed=56)
     # Batch covers the first half of every partition; speed covers everything, and keeps running.
     half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in watermarks(config, ds.topic).items()))
-    run_batch(spark, config, ds, half, "half")
+    recompute_and_publish(spark, config, ds, half, "half")
     proc = Managed(config.home, "speed-job_views")
     proc.start(speed_command(config, ds, available_now=False), env=job_env(config))
     try:

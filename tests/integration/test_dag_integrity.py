@@ -172,11 +172,17 @@ def test_batch_schedule_can_be_overridden_by_environment(monkeypatch):
     assert module.dag.timetable.expression == "*/30 * * * *"
 
 
-def test_spark_tasks_emit_table_assets_through_the_alias(dags):
+def test_ranges_are_written_then_validated_and_published_per_dataset(dags):
+    """recompute → quality inside one mapped group per dataset; the Assets change on publish."""
+    from airflow.sdk.definitions.taskgroup import MappedTaskGroup
     from loglake_airflow.datasets import TABLES, table_asset
 
-    for dag in dags.values():
-        recompute = dag.get_task("recompute")
-        assert TABLES in recompute.outlets
+    for dag_id in ("loglake_batch", "loglake_backfill"):
+        dag = dags[dag_id]
+        recompute, quality = dag.get_task("dataset.recompute"), dag.get_task("dataset.quality")
+        assert (recompute.job, quality.job) == ("batch", "quality")
+        assert quality.upstream_task_ids == {"plan", "dataset.recompute"}
+        assert isinstance(recompute.task_group, MappedTaskGroup) and recompute.task_group is quality.task_group
+        assert TABLES in quality.outlets and TABLES not in recompute.outlets
     asset = table_asset("batch.job_views")
     assert (asset.name, asset.uri) == ("loglake.batch.job_views", "loglake://batch/job_views")

@@ -70,10 +70,11 @@ class AirflowDB:
         with self._db() as db:
             (result.state,) = db.execute("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?",
                                          (dag_id, result.run_id)).fetchone()
-            for task_id, map_index, state, duration, label in db.execute(
-                    "SELECT task_id, map_index, state, duration, rendered_map_index FROM task_instance "
+            for task_id, map_index, state, duration, label, tries in db.execute(
+                    "SELECT task_id, map_index, state, duration, rendered_map_index, try_number FROM task_instance "
                     "WHERE dag_id = ? AND run_id = ?", (dag_id, result.run_id)):
-                result.tasks[task_id, map_index] = {"state": state, "duration": duration, "label": label}
+                result.tasks[task_id, map_index] = {"state": state, "duration": duration, "label": label,
+                                                    "try_number": tries}
             for task_id, map_index, value in db.execute(
                     "SELECT task_id, map_index, value FROM xcom WHERE dag_id = ? AND run_id = ? "
                     "AND key = 'return_value'", (dag_id, result.run_id)):

@@ -61,21 +61,23 @@ def test_backfill_recomputes_exactly_the_requested_ranges(make_config, airflow_d
     assert run.returncode == 0, run.output[-4000:]
     assert run.state == "success"
     assert run.tasks["plan", -1]["state"] == "success"
-    assert (run.tasks["recompute", 0]["state"], run.tasks["recompute", 0]["label"]) == ("success", "job_views")
+    assert (run.tasks["dataset.recompute", 0]["state"], run.tasks["dataset.recompute", 0]["label"]) == ("success", "job_views")
 
     assert covered(config, ds) == offsets_of(ranges)  # every requested offset once, nothing else
-    summary = run.xcom["recompute", 0]
+    summary = run.xcom["dataset.recompute", 0]
     assert summary["records"] + summary["quarantined"] == len(offsets_of(ranges))
     assert summary["quarantined"] > 0
+    assert run.tasks["dataset.quality", 0]["state"] == "success"
     ledger = ledger_rows(config, ds)
-    assert sorted((r["partition"], r["start"], r["end"]) for r in ledger) == sorted(ranges)
+    for state in ("written", "published"):
+        assert sorted((r["partition"], r["start"], r["end"]) for r in ledger if r["state"] == state) == sorted(ranges)
     assert {r["run_id"] for r in ledger} == {f"loglake_backfill/{run.run_id}"}
 
-    events = airflow_db.asset_events(run.run_id)
+    events = airflow_db.asset_events(run.run_id)  # emitted when the ranges are published
     assert [(e["name"], e["uri"]) for e in events] == [
         ("loglake.batch.job_views", "loglake://batch/job_views"),
         ("loglake.quarantine.job_views", "loglake://quarantine/job_views")]
-    assert all(e["extra"]["records"] == summary["records"] for e in events)
+    assert all(e["extra"]["run_id"] == f"loglake_backfill/{run.run_id}" for e in events)
 
 
 @pytest.mark.parametrize("ranges, field", [
@@ -92,7 +94,7 @@ def test_invalid_backfill_is_rejected_naming_the_field_before_any_spark_job(make
     assert run.returncode != 0 and run.state == "failed"
     assert f"AirflowFailException: {field}: " in run.output
     assert run.tasks["plan", -1]["state"] == "failed"
-    assert run.tasks["recompute", -1]["state"] == "upstream_failed"
+    assert run.tasks["dataset.recompute", -1]["state"] == "upstream_failed"
     assert "Spark-Submit cmd" not in run.output
     assert open_table(config.table_path(ds, "batch")) is None and ledger_rows(config, ds) == []
 
@@ -120,7 +122,7 @@ def test_dry_run_prints_the_plan_and_runs_no_spark_job(make_config, airflow_db):
     assert run.returncode == 0, run.output[-4000:]
     assert "backfill plan for job_views: 1 range(s), 0 offset(s)" in run.output
     assert "dry run: nothing recomputed" in run.output
-    assert run.tasks["recompute", -1]["state"] == "skipped"
+    assert run.tasks["dataset.recompute", -1]["state"] == "skipped"
     assert "Spark-Submit cmd" not in run.output and ledger_rows(config, ds) == []
 
 
@@ -135,13 +137,34 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     assert run.returncode == 0, run.output[-4000:]
     # company_ceos has no topic yet: planned as nothing to do, so one mapped Spark task.
     assert "company_ceos: topic" in run.output and "does not exist yet" in run.output
-    assert {k: v["label"] for k, v in run.tasks.items() if k[0] == "recompute"} == {("recompute", 0): "job_views"}
-    assert run.tasks["recompute", 0]["state"] == "success"
+    assert {k: v["label"] for k, v in run.tasks.items() if k[0] == "dataset.recompute"} == {
+        ("dataset.recompute", 0): "job_views"}
+    assert run.tasks["dataset.recompute", 0]["state"] == "success"
     assert covered(config, ds) == offsets_of((p, 0, e) for p, e in ends.items())
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
 
     again = airflow_db.dags_test(config, "loglake_batch")
     assert again.returncode == 0, again.output[-4000:]
     assert "job_views: nothing to recompute" in again.output
-    assert again.tasks["recompute", -1]["state"] == "skipped"
-    assert len(ledger_rows(config, ds)) == len([e for e in ends.values() if e])
+    assert again.tasks["dataset.recompute", -1]["state"] == "skipped"
+    published = [r for r in ledger_rows(config, ds) if r["state"] == "published"]
+    assert len(published) == len([e for e in ends.values() if e])
+
+
+def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_watermark(make_config, airflow_db):
+    config = make_config(datasets={"job_views": {"quality": [
+        {"expectation": "expect_column_values_to_be_between", "column": "duration_ms",
+         "kwargs": {"max_value": 1000}, "severity": "fail"}]}})
+    ds = config.dataset("job_views")
+    produce(config, ds, 200, seed=6, progress=False)
+
+    run = airflow_db.dags_test(config, "loglake_batch")
+    assert run.state == "failed"
+    assert run.tasks["dataset.recompute", 0]["state"] == "success"
+    quality = run.tasks["dataset.quality", 0]
+    assert quality["state"] == "failed" and quality["try_number"] == 1  # failed at once, not retried
+    assert "AirflowFailException: QualityGateError: quality gate failed for job_views" in run.output
+    assert "expect_column_values_to_be_between on column duration_ms" in run.output
+    assert batch_watermarks(config, ds) == {}
+    assert {r["state"] for r in ledger_rows(config, ds)} == {"written"}
+    assert airflow_db.asset_events(run.run_id) == []

@@ -1,0 +1,226 @@
+"""The quality gate: validate a written batch range, then publish it (write → audit → publish).
+
+Run under spark-submit after ``spark_jobs/batch.py`` wrote a plan's ranges (the DAGs'
+``quality`` task, ``loglake batch|backfill``) or in-process (``run_quality``). It reads
+exactly the rows of those ranges from ``batch.<dataset>``, validates them with the
+dataset's Great Expectations 1.x suite (``quality:`` in ``conf/datasets/<name>.yaml``),
+stores one row per expectation in ``_quality_results`` and builds the GX Data Docs.
+Only when no ``fail`` expectation failed does it append the ranges to the offsets
+ledger as *published*, which is what advances the batch watermark; a ``warn`` failure
+is recorded and shown, and publishes. A failed gate ends the job with a
+``QualityGateError`` naming each failed expectation, its column, the unexpected count
+and a sample of offsets, and leaves the watermark where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import uuid
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from loglake.config import Config, Dataset, Expectation
+from loglake.errors import ConfigError, LoglakeError, OffsetError
+from loglake.ledger import ledger_path
+from loglake.planning import Plan
+from loglake.results import QUALITY_RESULTS
+from spark_jobs.batch import range_predicate
+from spark_jobs.session import job_context, job_parser, run_main
+
+SAMPLE = 10  # offsets shown per failed expectation
+_SEVERITY = {"fail": "critical", "warn": "warning"}  # GX's own FailureSeverity names
+RESULTS_SCHEMA = ("dataset string, topic string, ranges string, run_id string, expectation string, "
+                  "`column` string, severity string, success boolean, element_count long, "
+                  "unexpected_count long, observed string, sample_offsets string, published boolean")
+
+
+class QualityGateError(LoglakeError):
+    """A ``fail`` expectation failed: the range is written but not published."""
+
+    def __init__(self, dataset: str, failed: list[dict], run_id: str):
+        self.dataset = dataset
+        self.failed = failed
+        lines = [f"quality gate failed for {dataset} (run {run_id}): the batch watermark stays where it was"]
+        for f in failed:
+            lines.append(f"  {f['expectation']} on column {f['column']}: {f['unexpected_count']} unexpected of "
+                         f"{f['element_count']} rows; sample offsets {f['sample_offsets'] or '-'}")
+        super().__init__("\n".join(lines))
+
+
+def _class_name(expectation: str) -> str:
+    return "".join(part.capitalize() for part in expectation.split("_"))
+
+
+def build_suite(ds: Dataset):
+    """The dataset's expectations as GX objects; a bad entry is a ConfigError naming its key."""
+    import great_expectations as gx
+
+    out = []
+    for i, e in enumerate(ds.quality):
+        key = f"datasets.{ds.name}.quality.{i}"
+        cls = getattr(gx.expectations, _class_name(e.expectation), None)
+        if cls is None:
+            raise ConfigError(f"{e.expectation!r} is not a Great Expectations {gx.__version__} expectation",
+                              key=f"{key}.expectation")
+        kwargs = dict(e.kwargs)
+        if e.column is not None:
+            kwargs["column"] = e.column
+        try:
+            out.append(cls(**kwargs, severity=_SEVERITY[e.severity], meta={"loglake_index": i}))
+        except Exception as err:  # GX validates arguments with pydantic: name what is wrong
+            raise ConfigError(f"invalid arguments for {e.expectation}: {err}".splitlines()[0],
+                              key=f"{key}.kwargs") from err
+    return out
+
+
+def _context(config: Config):
+    """GX's file project under the state directory (suites, results, Data Docs)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="file", project_root_dir=str(config.home))
+    # GX's progress bars would fill the job's (and the Airflow task's) log.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return context
+
+
+def _get_or_add(getter, adder, name: str):
+    try:
+        return getter(name)
+    except (KeyError, LookupError, ValueError):
+        return adder(name)
+
+
+def validate_rows(config: Config, ds: Dataset, rows: DataFrame, run_name: str) -> list[dict]:
+    """Validate ``rows`` with the dataset's suite; one dict per expectation (in config order)."""
+    import great_expectations as gx
+
+    expectations = build_suite(ds)
+    if not expectations:
+        return []
+    context = _context(config)
+    source = _get_or_add(context.data_sources.get, context.data_sources.add_spark, "loglake")
+    asset = _get_or_add(source.get_asset, source.add_dataframe_asset, ds.name)
+    batch = _get_or_add(asset.get_batch_definition, asset.add_batch_definition_whole_dataframe, "written range")
+    suite = context.suites.add_or_update(gx.ExpectationSuite(name=ds.name, expectations=expectations))
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=ds.name, data=batch, suite=suite))
+    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+        name=f"loglake-{ds.name}", validation_definitions=[definition],
+        actions=[gx.checkpoint.UpdateDataDocsAction(name="data docs")],
+        # SUMMARY, not COMPLETE: counts plus a sample, never every unexpected row of a big range.
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE,
+                       "unexpected_index_column_names": ["_partition", "_offset"],
+                       "return_unexpected_index_query": False}))
+    # GX keeps results in files named by the run: no '/' or ':' (Airflow run ids have both).
+    safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_name)
+    run = checkpoint.run(batch_parameters={"dataframe": rows}, run_id=gx.RunIdentifier(run_name=safe_name))
+    results = [r for v in run.run_results.values() for r in v.results]
+    results.sort(key=lambda r: (r.expectation_config.meta or {}).get("loglake_index", 0))
+    return [_outcome(e, r) for e, r in zip(ds.quality, results)]
+
+
+def _outcome(e: Expectation, r) -> dict:
+    result = r.to_json_dict().get("result") or {}
+    sample = result.get("partial_unexpected_index_list") or []
+    offsets = ", ".join(f"{s.get('_partition')}:{s.get('_offset')}" for s in sample[:SAMPLE] if isinstance(s, dict))
+    if r.exception_info and r.exception_info.get("raised_exception"):
+        result = {**result, "exception": r.exception_info.get("exception_message")}
+    return {"expectation": e.expectation, "column": e.column, "severity": e.severity, "success": bool(r.success),
+            "element_count": result.get("element_count"), "unexpected_count": result.get("unexpected_count"),
+            "observed": json.dumps(result, default=str, sort_keys=True), "sample_offsets": offsets}
+
+
+def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict[int, dict]:
+    """The ledger's *written* rows of this run for the plan's ranges, by partition."""
+    from spark_jobs.delta_io import table_exists
+
+    path = ledger_path(config)
+    rows = [] if not table_exists(spark, path) else spark.read.format("delta").load(path).where(
+        (F.col("dataset") == ds.name) & (F.col("run_id") == run_id) & (F.col("state") == "written")).collect()
+    by_range = {(r["partition"], r["start"], r["end"]): r for r in rows}
+    missing = [str(r) for r in plan.ranges if r.size and (r.partition, r.start, r.end) not in by_range]
+    if missing:
+        raise OffsetError(f"run {run_id} did not write {', '.join(missing)} (run the batch job for this plan "
+                          "first; the quality gate validates what it wrote)", topic=ds.topic)
+    return {p: r.asDict() for (p, _s, _e), r in by_range.items()}
+
+
+def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict:
+    """Validate the plan's written ranges; publish them if no ``fail`` expectation failed."""
+    started = time.monotonic()
+    ranges = [r for r in plan.ranges if r.size]
+    summary = {"dataset": ds.name, "run_id": run_id, "ranges": len(ranges), "expectations": len(ds.quality)}
+    if not ranges:
+        return {**summary, "published": False, "rows": 0, "failed": [], "warned": [], "seconds": 0.0}
+    written = _written(spark, config, ds, plan, run_id)
+    rows = spark.read.format("delta").load(config.table_path(ds, "batch")).where(range_predicate(ranges))
+    rows = rows.persist()
+    try:
+        outcomes = validate_rows(config, ds, rows, f"{ds.name}/{run_id}")
+        count = rows.count()
+    finally:
+        rows.unpersist()
+    failed = [o for o in outcomes if not o["success"] and o["severity"] == "fail"]
+    warned = [o for o in outcomes if not o["success"] and o["severity"] == "warn"]
+    published = not failed
+    ranges_json = json.dumps([{"partition": r.partition, "start": r.start, "end": r.end} for r in ranges])
+    if outcomes:
+        (spark.createDataFrame([(ds.name, ds.topic, ranges_json, run_id, o["expectation"], o["column"], o["severity"],
+                                 o["success"], o["element_count"], o["unexpected_count"], o["observed"],
+                                 o["sample_offsets"], published) for o in outcomes], RESULTS_SCHEMA)
+         .withColumn("validated_at", F.current_timestamp())
+         .write.format("delta").mode("append").option("mergeSchema", "true")
+         .save(config.system_table_path(QUALITY_RESULTS)))
+    if published:
+        publish(spark, config, [written[r.partition] for r in ranges])
+    result = {**summary, "published": published, "rows": count,
+              "failed": [_brief(o) for o in failed], "warned": [_brief(o) for o in warned],
+              "seconds": round(time.monotonic() - started, 3)}
+    if failed:
+        raise QualityGateError(ds.name, failed, run_id)
+    return result
+
+
+def _brief(o: dict) -> dict:
+    return {k: o[k] for k in ("expectation", "column", "unexpected_count", "element_count", "sample_offsets")}
+
+
+def publish(spark: SparkSession, config: Config, written: list[dict]) -> None:
+    """Append the written ranges to the ledger as published: the watermark may now pass them."""
+    from spark_jobs.batch import append_ledger
+
+    append_ledger(spark, config, [{**w, "state": "published"} for w in written])
+
+
+def recompute_and_publish(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict:
+    """Write → audit → publish in one process: ``run_batch`` then ``run_quality``."""
+    from spark_jobs.batch import run_batch
+
+    summary = run_batch(spark, config, ds, plan, run_id)
+    return {**summary, "quality": run_quality(spark, config, ds, plan, run_id)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = job_parser("quality", __doc__.splitlines()[0])
+    p.add_argument("--plan", required=True, help="the plan the batch job wrote (loglake.planning.Plan.to_json)")
+    p.add_argument("--run-id", required=True, help="the batch job's run id (its ledger rows)")
+    args = p.parse_args(argv)
+    plan = Plan.from_json(args.plan)
+    if plan.dataset != args.dataset:
+        p.error(f"--plan is for dataset {plan.dataset!r}, not {args.dataset!r}")
+    config, ds, spark = job_context(args, "quality")
+    summary = run_quality(spark, config, ds, plan, args.run_id or f"manual-{uuid.uuid4().hex[:12]}")
+    print(json.dumps(summary, default=str), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
