@@ -98,3 +98,21 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
     assert "kafka: stopped" in stop.stdout
     down = loglake(config, "kafka", "status", timeout=60)
     assert down.returncode == 2 and "did not answer" in down.stderr
+
+
+def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config):
+    from loglake.ledger import watermarks as batch_watermarks
+    from loglake.produce import produce
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 300, bad_fraction=0.1, seed=8)
+    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    r = loglake(config, "batch", "job_views", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "batch plan for job_views: 6 range(s), 300 offset(s)" in r.stdout
+    assert "batch job_views: 270 rows to batch.job_views, 30 to quarantine.job_views" in r.stdout
+    assert "quality job_views: 2 expectation(s) on 270 rows passed; published" in r.stdout
+    assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
+    again = loglake(config, "batch", "job_views")
+    assert again.returncode == 0 and "job_views: nothing to recompute" in again.stdout

@@ -36,6 +36,10 @@ def test_shipped_config_loads(conf):
     assert c.table_path(jv, "quarantine") == "/tmp/x/lake/quarantine/job_views"
     assert c.checkpoint_path(jv) == "/tmp/x/checkpoints/speed/job_views"
     assert c.profile.speed.trigger_seconds == 5.0
+    assert [(e.label, e.severity) for e in jv.quality] == [
+        ("expect_column_values_to_be_unique(view_id)", "fail"),
+        ("expect_column_values_to_be_between(duration_ms)", "warn")]
+    assert c.system_table_path("_quality_results") == "/tmp/x/lake/_quality_results"
 
 
 def test_topic_defaults_to_dataset_name(conf):
@@ -64,6 +68,11 @@ BAD_DATASET = [
     (lambda d: d.update(kind="table"), "kind", "'events' or 'changelog'"),
     (lambda d: d["tables"].update(speed="fast.job_views") if "tables" in d else d.update(
         tables={"speed": "fast.job_views"}), "tables.speed", "<speed|batch|quarantine>.<name>"),
+    (lambda d: d["quality"][0].update(expectation="values_unique"), "quality.0.expectation", "starting with expect_"),
+    (lambda d: d["quality"][1].update(column="dur"), "quality.1.column", "column 'dur' is not a field"),
+    (lambda d: d["quality"][1].update(severity="error"), "quality.1.severity", "'warn' or 'fail'"),
+    (lambda d: d["quality"][1]["kwargs"].update(column="x"), "quality.1.kwargs.column", "column key"),
+    (lambda d: d["maintenance"].update(zorder_by=["nope"]), "maintenance.zorder_by.0", "not a field"),
 ]
 
 

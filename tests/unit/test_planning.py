@@ -125,3 +125,13 @@ def test_parse_timestamp():
     with pytest.raises(ParamError) as e:
         parse_timestamp("yesterday", "to_ts")
     assert e.value.field == "to_ts"
+
+
+def test_only_published_ranges_advance_the_watermark():
+    ledger = [{"partition": 0, "start": 0, "end": 10, "state": "published"},
+              {"partition": 0, "start": 10, "end": 20, "state": "written"},   # awaiting its quality gate
+              {"partition": 1, "start": 0, "end": 5, "state": "written"},
+              {"partition": 2, "start": 0, "end": 7}]                          # from before the gate: published
+    assert compute_watermarks(ledger, {0: 0, 1: 0, 2: 0}) == {0: 10, 2: 7}
+    ledger.append({"partition": 0, "start": 10, "end": 20, "state": "published"})
+    assert compute_watermarks(ledger, {0: 0, 1: 0, 2: 0}) == {0: 20, 2: 7}
