@@ -143,7 +143,8 @@ def _changed(qb, with_: str, columns: list[str], sample: int) -> dict:
     """Rows in both layers whose values differ: total, and per column a count and a sample."""
     if not columns:
         return {"rows": 0, "columns": {}}
-    differs = {c: f"b.{_q(c)} IS DISTINCT FROM s.{_q(c)}" for c in columns}
+    # Parenthesised: DataFusion binds OR tighter than IS DISTINCT FROM otherwise.
+    differs = {c: f"(b.{_q(c)} IS DISTINCT FROM s.{_q(c)})" for c in columns}
     sums = ", ".join(f"sum(CASE WHEN {cond} THEN 1 ELSE 0 END) AS {_q('d_' + c)}" for c, cond in differs.items())
     any_diff = " OR ".join(differs.values())
     join = 'FROM b JOIN s ON b."_offset" = s."_offset"'
