@@ -402,6 +402,34 @@ def _batch_quarantined(config: Config, ds: Dataset) -> int:
     return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 
+# --- audit and diff --------------------------------------------------------------------
+
+
+def cmd_audit(config: Config, args) -> int:
+    """Every retained offset exactly once in its layer's tables; non-zero exit when not."""
+    from loglake.audit import audit_dataset, format_audit
+
+    ds = config.dataset(args.dataset)
+    if args.sample < 0:
+        raise LoglakeError(f"--sample must be >= 0, found {args.sample}")
+    result = audit_dataset(config, ds, sample=args.sample, record=not args.no_record)
+    print("\n".join(format_audit(result)))
+    return 0 if result["ok"] else 1
+
+
+def cmd_diff(config: Config, args) -> int:
+    """Batch against speed rows for one partition's offsets; explains, never fails on differences."""
+    from loglake.diff import diff_range, format_diff
+
+    ds = config.dataset(args.dataset)
+    if args.sample < 0:
+        raise LoglakeError(f"--sample must be >= 0, found {args.sample}")
+    d = diff_range(config, ds, args.partition, args.start, args.end, args.sample,
+                   names=("--partition", "--from", "--to"))
+    print(json.dumps(d, default=str) if args.json else "\n".join(format_diff(d)))
+    return 0
+
+
 # --- entry point ----------------------------------------------------------------------
 
 
@@ -452,6 +480,19 @@ def build_parser() -> argparse.ArgumentParser:
                        ("status", "every process, and per partition: log end, speed position, batch watermark")):
         sub.add_parser(name, help=text)
 
+    au = sub.add_parser("audit", help="check that every retained offset is in the tables exactly once")
+    au.add_argument("dataset")
+    au.add_argument("--sample", type=int, default=20, help="offending offsets shown per partition and kind")
+    au.add_argument("--no-record", action="store_true", help="do not append the result to _audit_results")
+
+    df = sub.add_parser("diff", help="compare batch and speed rows of one partition's offsets [FROM, TO)")
+    df.add_argument("dataset")
+    df.add_argument("--partition", type=int, required=True)
+    df.add_argument("--from", dest="start", type=int, required=True, metavar="A")
+    df.add_argument("--to", dest="end", type=int, required=True, metavar="B")
+    df.add_argument("--sample", type=int, default=10, help="offsets shown per kind of difference")
+    df.add_argument("--json", action="store_true", help="print the result as JSON")
+
     d = sub.add_parser("demo", help="start Kafka, produce sample events, run the speed layer, print the tables")
     d.add_argument("--count", type=int, default=20_000)
     d.add_argument("--bad-fraction", type=float, default=0.02)
@@ -484,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.conf_dir, args.profile)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query,
+                   "audit": cmd_audit, "diff": cmd_diff,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:

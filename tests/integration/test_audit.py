@@ -1,0 +1,145 @@
+"""The offset-coverage audit against a real broker, tables built by the real speed and batch jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+
+from loglake.audit import audit_dataset, format_audit
+from loglake.kafka_admin import ensure_topic, watermarks
+from loglake.offsets import OffsetRange
+from loglake.planning import Plan, plan_batch
+from loglake.produce import generate, produce
+from loglake.results import AUDIT_RESULTS, last_audit
+from loglake.tables import open_table, query
+from spark_jobs.batch import run_batch
+from spark_jobs.speed import run_speed
+
+pytestmark = pytest.mark.integration
+
+
+def loglake(config, *args, timeout=300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def build_half(spark, config, ds) -> None:
+    """Speed over the whole log; batch over the first half of every partition."""
+    run_speed(spark, config, ds, available_now=True)
+    half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, lo + (hi - lo) // 2)
+                               for p, (lo, hi) in watermarks(config, ds.topic).items()))
+    run_batch(spark, config, ds, half, "half")
+
+
+def part_row(result, partition, layer):
+    return next(r for r in result["partitions"] if r["partition"] == partition and r["layer"] == layer)
+
+
+def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 1200, bad_fraction=0.05, seed=61)
+    build_half(spark, config, ds)
+    result = audit_dataset(config, ds, run_id="clean")
+    assert result["ok"], "\n".join(format_audit(result))
+    assert (result["missing"], result["duplicated"], result["unexpected"]) == (0, 0, 0)
+    assert result["offsets_checked"] == res.records
+    # Both parts did work: batch below the watermark, speed above it.
+    assert sum(r["offsets_checked"] for r in result["partitions"] if r["layer"] == "batch") > 0
+    assert sum(r["offsets_checked"] for r in result["partitions"] if r["layer"] == "speed") > 0
+    # One stored row per partition and layer, read back through the record-table contract.
+    stored = last_audit(config, ds)
+    assert stored["run_id"] == "clean" and stored["ok"] and stored["offsets_checked"] == res.records
+    assert len(stored["partitions"]) == 2 * ds.partitions
+
+
+def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
+    from delta.tables import DeltaTable
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 900, seed=62)
+    build_half(spark, config, ds)
+    batch_path = config.table_path(ds, "batch")
+    rows = query(open_table(batch_path), 'SELECT "_partition" AS p, "_offset" AS o FROM t ORDER BY p, o')
+    p = rows[0]["p"]
+    dup, gap = rows[0]["o"], rows[1]["o"]
+    batch = spark.read.format("delta").load(batch_path)
+    batch.where(f"_partition = {p} AND _offset = {dup}").write.format("delta").mode("append").save(batch_path)
+    DeltaTable.forPath(spark, batch_path).delete(f"_partition = {p} AND _offset = {gap}")
+
+    result = audit_dataset(config, ds, run_id="broken")
+    assert not result["ok"]
+    assert (result["missing"], result["duplicated"], result["unexpected"]) == (1, 1, 0)
+    row = part_row(result, p, "batch")
+    assert row["sample_missing"] == [gap] and row["sample_duplicated"] == [dup]
+    assert all(r["ok"] for r in result["partitions"] if (r["partition"], r["layer"]) != (p, "batch"))
+
+    cli = loglake(config, "audit", "job_views", "--no-record")
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert "FAILED" in cli.stdout and "1 missing, 1 duplicated" in cli.stdout
+    assert f"[{p}] batch" in cli.stdout
+    assert f"missing offsets: {gap}" in cli.stdout and f"duplicated offsets: {dup}" in cli.stdout
+    # --no-record kept the stored results to the library call's run.
+    stored = query(open_table(config.system_table_path(AUDIT_RESULTS)), "SELECT DISTINCT run_id FROM t")
+    assert [r["run_id"] for r in stored] == ["broken"]
+
+
+def test_non_contiguous_offsets_are_read_from_the_log(spark, make_config):
+    """Transactions leave commit/abort markers in the log: end - earliest overstates the
+    records. Aborted records are read by Spark (read_uncommitted), so they land too."""
+    config = make_config()
+    ds = config.dataset("job_views")
+    topic = ensure_topic(config, ds)
+    records = [rec for rec, _ok in generate(ds, 300, seed=63)]
+    producer = Producer(config.kafka_client_conf(**{"transactional.id": f"audit-test-{topic}"}))
+    producer.init_transactions(30)
+    for i in range(0, len(records), 50):
+        producer.begin_transaction()
+        for key, value in records[i:i + 50]:
+            producer.produce(topic, key=key, value=value)
+        if i == 100:
+            producer.flush(30)  # in the log first: abort purges what is still queued
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    span = sum(hi - lo for lo, hi in watermarks(config, topic).values())
+    assert span > len(records)  # the markers take offsets
+    build_half(spark, config, ds)
+    result = audit_dataset(config, ds, record=False)
+    assert result["ok"], "\n".join(format_audit(result))
+    assert result["offsets_checked"] == len(records)
+
+
+def test_changelog_audit_accounts_for_every_offset(spark, make_config):
+    from delta.tables import DeltaTable
+
+    config = make_config()
+    ds = config.dataset("company_ceos")
+    res = produce(config, ds, 800, bad_fraction=0.05, seed=64)
+    assert res.tombstones > 0
+    run_speed(spark, config, ds, available_now=True)
+    run_batch(spark, config, ds, plan_batch(config, ds), "rebuild")
+    more = produce(config, ds, 200, bad_fraction=0.05, seed=65)
+    run_speed(spark, config, ds, available_now=True)
+    result = audit_dataset(config, ds, record=False)
+    assert result["ok"], "\n".join(format_audit(result))
+    # Batch accounts for the first 800 offsets by key, speed for the 200 after the watermark.
+    by_layer = {layer: sum(r["offsets_checked"] for r in result["partitions"] if r["layer"] == layer)
+                for layer in ("batch", "speed")}
+    assert by_layer == {"batch": res.records, "speed": more.records}
+
+    # Lose one key's latest row: its newest offset is reported missing.
+    batch_path = config.table_path(ds, "batch")
+    victim = query(open_table(batch_path), 'SELECT company_id, "_partition" AS p, "_offset" AS o FROM t '
+                                           'ORDER BY o LIMIT 1')[0]
+    DeltaTable.forPath(spark, batch_path).delete(f"company_id = '{victim['company_id']}'")
+    result = audit_dataset(config, ds, record=False)
+    row = part_row(result, victim["p"], "batch")
+    assert (row["missing"], row["duplicated"], row["unexpected"]) == (1, 0, 0)
+    assert row["sample_missing"] == [victim["o"]]
