@@ -61,12 +61,12 @@ def test_optimize_during_an_active_stream(spark, make_config):
     config = make_config(speed={"max_offsets_per_trigger": 60})
     ds = config.dataset("job_views")
     speed_path = config.table_path(ds, "speed")
-    produce(config, ds, 1200, bad_fraction=0.05, seed=71)
+    produce(config, ds, 600, bad_fraction=0.05, seed=71)
     query, recorder = start_stream(spark, config, ds)
     try:
-        wait_for(lambda: version(speed_path) >= 5, 240, "five micro-batches in the speed table")
-        more = threading.Thread(target=produce, args=(config, ds, 600),
-                                kwargs={"rate": 100, "bad_fraction": 0.05, "seed": 72})
+        wait_for(lambda: version(speed_path) >= 4, 240, "four micro-batches in the speed table")
+        more = threading.Thread(target=produce, args=(config, ds, 300),
+                                kwargs={"rate": 60, "bad_fraction": 0.05, "seed": 72})
         more.start()
         summary = run_maintenance(spark, config, ds, "while-streaming")
         more.join()
@@ -200,3 +200,45 @@ def test_conflicts_are_retried_with_a_bound_and_counted(spark):
     with pytest.raises(ValueError):
         delta_io.retry_conflicts(broken, "test", base_delay=0.01)
     assert calls.count(2) == 1
+
+
+def test_loglake_maintain_on_a_changelog_keeps_its_state_and_view(spark, make_config):
+    import os
+    import subprocess
+    import sys
+
+    config = make_config()
+    ds = config.dataset("company_ceos")
+    produce(config, ds, 400, bad_fraction=0.05, seed=95)
+    run_speed(spark, config, ds, available_now=True)
+    run_batch(spark, config, ds, plan_batch(config, ds), "batch-1")
+    marks = batch_watermarks(config, ds)
+    produce(config, ds, 150, bad_fraction=0.05, seed=96)
+    run_speed(spark, config, ds, available_now=True)
+
+    def read(layer):
+        return spark.read.format("delta").load(config.table_path(ds, layer))
+
+    below = " OR ".join(f"(_partition = {p} AND _offset < {w})" for p, w in marks.items())
+    assert read("speed").where(below).count() > 0
+    speed_above = offsets(read("speed").where(f"NOT ({below})"))
+    latest = row_hashes(read("latest"))
+    view = row_hashes(serving_view(spark, config, ds))
+
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    r = subprocess.run([sys.executable, "-m", "loglake.cli", "maintain", "company_ceos"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    assert read("speed").where(below).count() == 0 and offsets(read("speed")) == speed_above
+    assert row_hashes(read("latest")) == latest  # the latest state is never expired
+    assert row_hashes(serving_view(spark, config, ds)) == view
+    out = r.stdout
+    assert "maintain company_ceos: 4 table(s)" in out
+    for table, operations in ((ds.tables.speed, ("expire", "optimize", "vacuum")),
+                              (ds.tables.quarantine, ("expire", "optimize", "vacuum")),
+                              (ds.tables.batch, ("optimize", "vacuum")), (ds.tables.latest, ("optimize", "vacuum"))):
+        for op in operations:
+            assert any(line.split()[:2] == [table, op] for line in out.splitlines()), (table, op, out)
+    assert {(row["table"], row["operation"]) for row in last_maintenance(config, ds)} >= {
+        (ds.tables.latest, "optimize"), (ds.tables.speed, "expire")}
