@@ -30,7 +30,7 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
-from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, dataset_tables, snapshot
+from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, batch_watermarks, dataset_tables, snapshot
 from loglake.results import MAINTENANCE_LOG
 from spark_jobs import delta_io
 from spark_jobs.session import job_context, job_parser, run_main
@@ -154,13 +154,6 @@ def vacuum(spark: SparkSession, config: Config, t: TableRef, policy: Maintenance
     return _operate(spark, t, "vacuum", run, storage=True)
 
 
-def read_watermarks(config: Config, ds: Dataset) -> dict[int, int]:
-    """The batch watermarks (none without ledger rows: then Kafka is not asked)."""
-    from loglake.ledger import ledger_rows, watermarks
-
-    return watermarks(config, ds) if ledger_rows(config, ds) else {}
-
-
 def record(spark: SparkSession, config: Config, ds: Dataset, rows: list[dict], run_id: str) -> None:
     """Append the run's rows to ``_maintenance_log`` (schema in ``loglake.results``)."""
     if not rows:
@@ -178,7 +171,7 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
     run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
     policy = ds.maintenance
     tables = [t for t in dataset_tables(config, ds) if delta_io.table_exists(spark, t.path)]
-    marks = read_watermarks(config, ds) if policy.expire_speed else {}
+    marks = batch_watermarks(config, ds) if policy.expire_speed else {}
     rows = []
     for t in tables:
         if policy.expire_speed and t.layer in EXPIRED_LAYERS:

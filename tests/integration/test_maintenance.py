@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
@@ -141,6 +142,18 @@ def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
         assert r["version_after"] >= r["version_before"] and r["attempts"] == 1
     speed_expire = next(r for r in log if r["table"] == ds.tables.speed and r["operation"] == "expire")
     assert speed_expire["rows_deleted"] == speed_below and speed_expire["version_after"] > speed_expire["version_before"]
+
+    # Batch catches up with the log end, so expiry leaves no speed row at all. A lost
+    # checkpoint then resumes at the watermark instead of replaying the log from the start.
+    run_batch(spark, config, ds, plan_batch(config, ds), "batch-2")
+    run_maintenance(spark, config, ds, "expire-2")
+    assert landed(spark, config, ds).count() == 0
+    marks = batch_watermarks(config, ds)
+    shutil.rmtree(config.checkpoint_path(ds))
+    produce(config, ds, 60, seed=83)
+    run_speed(spark, config, ds, available_now=True)
+    new = sorted((p, o) for p, o in log_offsets(config, ds.topic) if o >= marks.get(p, 0))
+    assert offsets(landed(spark, config, ds)) == new and len(new) == 60
 
 
 def test_short_vacuum_retention_runs_only_when_allowed_explicitly(spark, make_config):
