@@ -57,7 +57,7 @@ def timed(spark, sql: str, repeat: int) -> tuple[float, list[float], list]:
 
 def run(args, home: Path, bootstrap: str) -> dict:
     from loglake.config import load_config
-    from loglake.maintenance import snapshot
+    from loglake.maintenance import format_log_rows, snapshot
     from loglake.produce import produce
     from spark_jobs.maintenance import run_maintenance
     from spark_jobs.serving import register_tables
@@ -89,6 +89,7 @@ def run(args, home: Path, bootstrap: str) -> dict:
         "median_before_s": round(median_before, 3), "runs_before_s": [round(x, 3) for x in runs_before],
         "median_after_s": round(median_after, 3), "runs_after_s": [round(x, 3) for x in runs_after],
         "same_result": rows_before == rows_after, "spark_master": config.profile.spark.master,
+        "maintenance": format_log_rows(summary["operations"]),
     }
 
 
@@ -120,6 +121,7 @@ def main() -> int:
     print(f"{QUERY}\n  before OPTIMIZE: median {result['median_before_s']}s of {result['runs_before_s']}\n"
           f"  after OPTIMIZE:  median {result['median_after_s']}s of {result['runs_after_s']}\n"
           f"  same result: {result['same_result']}")
+    print("maintenance run (as `loglake maintain` prints it):\n" + "\n".join(result["maintenance"]))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
