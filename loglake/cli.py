@@ -282,6 +282,34 @@ def cmd_query(config: Config, args) -> int:
     return 0
 
 
+def cmd_maintain(config: Config, args) -> int:
+    """Expire, optimize and vacuum each dataset's tables (the maintenance job under spark-submit)."""
+    from datetime import datetime, timezone
+
+    from loglake.launch import spark_submit
+    from loglake.maintenance import datasets_with_tables, format_log_rows
+
+    chosen = datasets_with_tables(config, args.dataset)
+    for name in sorted(set(args.dataset or config.datasets) - {ds.name for ds in chosen}):
+        print(f"maintain {name}: no table yet; nothing to maintain")
+    run_id = f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-maintain"
+    failed = 0
+    for ds in chosen:
+        t0 = time.monotonic()
+        code, summary = run_job(config, spark_submit(config, "maintenance", [
+            "--dataset", ds.name, "--run-id", run_id]))
+        if code:
+            print(f"maintain {ds.name}: failed with exit code {code}"
+                  f"{': ' + summary['error'] if 'error' in summary else ''}", file=sys.stderr)
+            failed = failed or code
+            continue
+        print(f"maintain {ds.name}: {summary['tables']} table(s), {summary['rows_expired']} speed row(s) expired, "
+              f"VACUUM retention {summary['vacuum_retention_hours']:g} h, {summary['seconds']:.1f}s in Spark; "
+              f"{time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
+        print("\n".join(format_log_rows(summary["operations"])))
+    return failed
+
+
 DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, count(DISTINCT user_id) AS users "
             "FROM {view} GROUP BY source ORDER BY source")
 
@@ -475,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--limit", type=int, default=0, help="at most N rows (0: all)")
 
+    m = sub.add_parser("maintain", help="expire speed rows covered by batch, OPTIMIZE and VACUUM each table")
+    m.add_argument("dataset", nargs="*", help="datasets to maintain (default: every dataset with a table)")
+
     for name, text in (("up", "start Kafka, every speed stream and Airflow in the background"),
                        ("down", "stop everything `up` started"),
                        ("status", "every process, and per partition: log end, speed position, batch watermark")):
@@ -524,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
-                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query,
+                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)

@@ -7,13 +7,61 @@ the micro-batch id makes a replayed batch (after a crash) a no-op.
 
 from __future__ import annotations
 
+import random
+import sys
+import time
 from contextlib import contextmanager
+from typing import Callable, TypeVar
 
+# Importing delta.exceptions installs the translation of Delta's JVM conflict exceptions
+# into these Python types; without it they arrive as plain Py4J/Spark errors.
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+# Optimistic-concurrency conflicts: another writer committed first. The losing commit
+# wrote nothing, so running the same operation again is safe.
+CONFLICTS = (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException,
+             ConcurrentTransactionException, ConcurrentWriteException, MetadataChangedException,
+             ProtocolChangedException, DeltaConcurrentModificationException)
+RETRY_ATTEMPTS = 6
+T = TypeVar("T")
+
+
+def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATTEMPTS, base_delay: float = 0.5,
+                    max_delay: float = 8.0) -> tuple[T, int]:
+    """Run ``fn`` again after a Delta commit conflict, with exponential backoff; bounded.
+
+    Returns ``(fn's result, attempts made)``. After ``attempts`` conflicts the last one
+    is raised (a task-level retry may still succeed later); any other error at once.
+    ``what`` names the operation in the log lines.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn(), attempt
+        except CONFLICTS as e:
+            if attempt == attempts:
+                print(f"loglake: {what}: Delta conflict ({type(e).__name__}) on attempt {attempt}/{attempts}; "
+                      "giving up", file=sys.stderr, flush=True)
+                raise
+            # Jitter: two writers that conflicted should not retry in lockstep.
+            delay = min(max_delay, base_delay * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            print(f"loglake: {what}: Delta conflict ({type(e).__name__}) on attempt {attempt}/{attempts}; "
+                  f"retrying in {delay:.1f}s", file=sys.stderr, flush=True)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
@@ -47,11 +95,13 @@ def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
     return changes.groupBy(key).agg(newest.alias("_row")).select("_row.*")
 
 
-def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int) -> None:
-    """Fold a batch of changes into the latest-state table at ``path``.
+def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int) -> int:
+    """Fold a batch of changes into the latest-state table at ``path``; returns the attempts made.
 
     Newest offset per key wins within the batch and across batches (an older change
-    never overwrites a newer one); a tombstone (``_deleted``) deletes the key.
+    never overwrites a newer one); a tombstone (``_deleted``) deletes the key. A commit
+    conflict (maintenance compacting the table meanwhile) is retried: the MERGE is
+    idempotent per (app_id, version), so a retry cannot apply the batch twice.
     """
     from delta.tables import DeltaTable
 
@@ -60,11 +110,16 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
         changes.select(*state_cols).limit(0).write.format("delta").mode("ignore").save(path)
     newest = latest_per_key(changes, key)
     newer = "s._partition <> t._partition OR s._offset > t._offset"
-    with idempotent_dml(spark, app_id, version):
-        (DeltaTable.forPath(spark, path).alias("t")
-         .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
-         .whenMatchedDelete(condition=f"s._deleted AND ({newer})")
-         .whenMatchedUpdate(condition=f"NOT s._deleted AND ({newer})",
-                            set={c: f"s.`{c}`" for c in state_cols})
-         .whenNotMatchedInsert(condition="NOT s._deleted", values={c: f"s.`{c}`" for c in state_cols})
-         .execute())
+
+    def merge() -> None:
+        with idempotent_dml(spark, app_id, version):
+            (DeltaTable.forPath(spark, path).alias("t")
+             .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
+             .whenMatchedDelete(condition=f"s._deleted AND ({newer})")
+             .whenMatchedUpdate(condition=f"NOT s._deleted AND ({newer})",
+                                set={c: f"s.`{c}`" for c in state_cols})
+             .whenNotMatchedInsert(condition="NOT s._deleted", values={c: f"s.`{c}`" for c in state_cols})
+             .execute())
+
+    _result, attempts = retry_conflicts(merge, f"MERGE into {path} (batch {version})")
+    return attempts

@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.config import Config, Dataset
 from loglake.kafka_admin import commit_group_offsets, list_topics
+from loglake.maintenance import batch_watermarks
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from spark_jobs import delta_io, parse
 from spark_jobs.session import job_context, job_parser
@@ -59,7 +60,9 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
 
     If the checkpoint was lost but the speed tables survive, starting from the earliest
     offset would duplicate rows; instead resume each partition after its highest landed
-    offset (speed or speed-quarantine). Partitions with nothing landed start at earliest.
+    offset (speed or speed-quarantine), and never below its batch watermark: maintenance
+    expires the speed rows below it, so a partition may hold none yet be covered up to
+    there. Partitions with neither start at earliest.
     """
     landed = []
     for layer in ("speed", "quarantine"):
@@ -73,11 +76,13 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
         return "earliest"
     merged = landed[0] if len(landed) == 1 else landed[0].unionByName(landed[1])
     highest = {r["_partition"]: r["m"] for r in merged.groupBy("_partition").agg(F.max("m").alias("m")).collect()}
-    if not highest:
+    covered = batch_watermarks(config, ds) if topic == ds.topic else {}
+    if not highest and not covered:
         return "earliest"
     partitions = list_topics(config).get(topic, 0)
+    starts = {p: max(highest[p] + 1 if p in highest else -1, covered.get(p, -1)) for p in range(partitions)}
     # -2 means "earliest" in Spark's offsets JSON.
-    return spark_offsets_json(topic, {p: highest[p] + 1 if p in highest else -2 for p in range(partitions)})
+    return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
 
 
 class _PositionRecorder(StreamingQueryListener):

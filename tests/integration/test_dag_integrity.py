@@ -105,7 +105,7 @@ def dags() -> dict:
 
 
 def test_there_are_dag_files():
-    assert {p.name for p in DAG_FILES} >= {"loglake_batch.py", "loglake_backfill.py"}
+    assert {p.name for p in DAG_FILES} >= {"loglake_batch.py", "loglake_backfill.py", "loglake_maintenance.py"}
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
@@ -123,7 +123,7 @@ def test_airflow_parses_the_folder_without_errors():
 
     bag = DagBag(dag_folder=str(DAGS_DIR))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) >= {"loglake_batch", "loglake_backfill"}
+    assert set(bag.dag_ids) >= {"loglake_batch", "loglake_backfill", "loglake_maintenance"}
 
 
 def test_every_dag_has_tags_retries_doc_and_no_catchup(dags):
@@ -170,6 +170,26 @@ def test_batch_schedule_can_be_overridden_by_environment(monkeypatch):
     monkeypatch.delenv("LOGLAKE_BATCH_SCHEDULE")
     module, _seconds, _calls = import_dag_file(DAGS_DIR / "loglake_batch.py")
     assert module.dag.timetable.expression == "*/30 * * * *"
+
+
+def test_maintenance_schedule_can_be_overridden_by_environment(monkeypatch):
+    monkeypatch.setenv("LOGLAKE_MAINTENANCE_SCHEDULE", "*/15 * * * *")
+    module, _seconds, calls = import_dag_file(DAGS_DIR / "loglake_maintenance.py")
+    assert calls == []
+    assert module.dag.timetable.expression == "*/15 * * * *"
+    monkeypatch.delenv("LOGLAKE_MAINTENANCE_SCHEDULE")
+    module, _seconds, _calls = import_dag_file(DAGS_DIR / "loglake_maintenance.py")
+    assert module.dag.timetable.expression == "0 * * * *"
+
+
+def test_maintenance_maps_the_maintenance_job_over_the_listed_datasets(dags):
+    dag = dags["loglake_maintenance"]
+    assert dag.max_active_runs == 1
+    maintain = dag.get_task("maintain")
+    assert maintain.operator_class.__name__ == "LoglakeSparkSubmitOperator"
+    assert maintain.partial_kwargs["job"] == "maintenance"
+    assert maintain.upstream_task_ids == {"tables"}
+    assert maintain.outlets == []  # maintenance changes no data the serving view returns
 
 
 def test_ranges_are_written_then_validated_and_published_per_dataset(dags):

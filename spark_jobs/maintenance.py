@@ -1,0 +1,201 @@
+"""Delta maintenance of one dataset's tables while the speed layer keeps writing.
+
+Run under spark-submit (``loglake maintain`` and the ``loglake_maintenance`` DAG build the
+command) or in-process (``run_maintenance``). For each of the dataset's tables that exist
+(speed, batch, quarantine, a changelog's latest state), in this order:
+
+1. **expire** (speed and quarantine, if ``maintenance.expire_speed``): delete the speed
+   rows below the batch watermark W_p, and the speed layer's quarantine rows there
+   (the batch layer's own quarantine rows cover those offsets now). The serving view
+   never reads speed rows below W_p, so it returns the same rows before and after.
+2. **optimize**: bin-packing compaction, or Z-order by ``maintenance.zorder_by`` on the
+   tables that have those columns.
+3. **vacuum** with ``maintenance.vacuum_retention_hours`` (at least 168 unless the config
+   lowers it explicitly, which is logged loudly).
+
+Each operation retries Delta commit conflicts with backoff (the stream appends and
+MERGEs meanwhile) and is recorded in ``_maintenance_log`` (see ``loglake.results``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Callable
+
+from pyspark.sql import SparkSession
+
+from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
+from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, batch_watermarks, dataset_tables, snapshot
+from loglake.results import MAINTENANCE_LOG
+from spark_jobs import delta_io
+from spark_jobs.session import job_context, job_parser, run_main
+
+LOG_SCHEMA = ("dataset string, table string, path string, operation string, files_before long, "
+              "bytes_before long, files_after long, bytes_after long, version_before long, version_after long, "
+              "rows_deleted long, attempts int, seconds double, run_id string, started_at timestamp")
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]):
+    """Set Spark settings for the block only; restore what was there before."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def storage_files(spark: SparkSession, path: str) -> tuple[int, int]:
+    """Data files under the table's directory, referenced or not (what VACUUM can delete):
+    (count, bytes). The Delta log and hidden files are left out."""
+    jvm = spark._jvm
+    root = jvm.org.apache.hadoop.fs.Path(path)
+    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    base = root.toUri().getPath().rstrip("/")
+    files = size = 0
+    it = fs.listFiles(root, True)
+    while it.hasNext():
+        status = it.next()
+        rel = status.getPath().toUri().getPath()[len(base):]
+        parts = [p for p in rel.split("/") if p]
+        if not parts or parts[0] == "_delta_log" or any(p.startswith(".") for p in parts):
+            continue
+        files += 1
+        size += status.getLen()
+    return files, size
+
+
+def _operate(spark: SparkSession, t: TableRef, operation: str, fn: Callable[[], int | None],
+             storage: bool = False) -> dict:
+    """Run one operation (conflicts retried) and measure the table before and after.
+
+    Files and bytes are the snapshot's data files, or for VACUUM (``storage``) every data
+    file in the directory, since VACUUM deletes files no snapshot references any more.
+    """
+    def measure() -> tuple[Snapshot, tuple[int, int]]:
+        snap = snapshot(t.path)
+        return snap, storage_files(spark, t.path) if storage else (snap.files, snap.bytes)
+
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    snap0, (files0, bytes0) = measure()
+    result, attempts = delta_io.retry_conflicts(fn, f"{operation} {t.name}")
+    snap1, (files1, bytes1) = measure()
+    return {"table": t.name, "path": t.path, "operation": operation,
+            "files_before": files0, "bytes_before": bytes0, "files_after": files1, "bytes_after": bytes1,
+            "version_before": snap0.version, "version_after": snap1.version,
+            "rows_deleted": result if operation == "expire" else None, "attempts": attempts,
+            "seconds": round(time.monotonic() - t0, 3), "started_at": started_at}
+
+
+def expire_predicate(layer: str, marks: dict[int, int]) -> str:
+    """Rows of ``layer`` that the batch layer covers: exactly what the serving view leaves out."""
+    from spark_jobs.serving import below_watermark
+
+    below = below_watermark(marks)
+    return f"_layer = 'speed' AND ({below})" if layer == "quarantine" else below
+
+
+def expire(spark: SparkSession, t: TableRef, marks: dict[int, int]) -> dict:
+    """DELETE the speed rows (or speed quarantine rows) below each partition's watermark."""
+    sql = f"DELETE FROM delta.`{t.path}` WHERE {expire_predicate(t.layer, marks)}"
+    # DELETE returns num_affected_rows; a DELETE that matches nothing commits nothing.
+    return _operate(spark, t, "expire", lambda: int(spark.sql(sql).first()[0]))
+
+
+def optimize(spark: SparkSession, t: TableRef, zorder_by: list[str]) -> dict:
+    """Bin-packing compaction, or Z-order when the table has every ``zorder_by`` column."""
+    from delta.tables import DeltaTable
+
+    columns = set(spark.read.format("delta").load(t.path).columns)
+    zorder = list(zorder_by) if zorder_by and set(zorder_by) <= columns else []
+
+    def run() -> None:
+        builder = DeltaTable.forPath(spark, t.path).optimize()
+        (builder.executeZOrderBy(zorder) if zorder else builder.executeCompaction()).collect()
+
+    return _operate(spark, t, "optimize", run)
+
+
+def vacuum(spark: SparkSession, config: Config, t: TableRef, policy: Maintenance) -> dict:
+    """VACUUM with the dataset's retention; Delta's own guard is lifted only for a retention
+    the config lowered explicitly (``allow_short_vacuum_retention``), and only for this call."""
+    from delta.tables import DeltaTable
+
+    hours = policy.vacuum_retention_hours
+    settings = {"spark.databricks.delta.vacuum.logging.enabled": "true"}  # VACUUM START/END in history
+    if _LISTING_PARALLELISM not in config.profile.spark.conf:
+        # VACUUM lists the directory with this many tasks (10,000 by default): minutes of
+        # pure scheduling on a small machine for a table of a few hundred files.
+        settings[_LISTING_PARALLELISM] = str(max(1, spark.sparkContext.defaultParallelism))
+    if hours < MIN_VACUUM_RETENTION_HOURS:
+        print(f"loglake: WARNING: VACUUM {t.name} with a SHORT retention of {hours:g} hours (below the "
+              f"{MIN_VACUUM_RETENTION_HOURS:g}-hour guard; allow_short_vacuum_retention is set): time travel "
+              f"and readers of versions older than that lose their files", file=sys.stderr, flush=True)
+        settings[_RETENTION_CHECK] = "false"
+
+    def run() -> None:
+        with session_conf(spark, settings):
+            DeltaTable.forPath(spark, t.path).vacuum(hours)
+
+    return _operate(spark, t, "vacuum", run, storage=True)
+
+
+def record(spark: SparkSession, config: Config, ds: Dataset, rows: list[dict], run_id: str) -> None:
+    """Append the run's rows to ``_maintenance_log`` (schema in ``loglake.results``)."""
+    if not rows:
+        return
+    df = spark.createDataFrame([{**r, "dataset": ds.name, "run_id": run_id} for r in rows], LOG_SCHEMA)
+    path = config.system_table_path(MAINTENANCE_LOG)
+    # Mapped tasks of several datasets may append at once (the first two may both create it).
+    delta_io.retry_conflicts(lambda: df.write.format("delta").mode("append").save(path),
+                             f"append to {MAINTENANCE_LOG}")
+
+
+def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: str | None = None) -> dict:
+    """Expire, optimize and vacuum the dataset's tables; record and return what was done."""
+    started = time.monotonic()
+    run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
+    policy = ds.maintenance
+    tables = [t for t in dataset_tables(config, ds) if delta_io.table_exists(spark, t.path)]
+    marks = batch_watermarks(config, ds) if policy.expire_speed else {}
+    rows = []
+    for t in tables:
+        if policy.expire_speed and t.layer in EXPIRED_LAYERS:
+            rows.append(expire(spark, t, marks))
+        rows.append(optimize(spark, t, policy.zorder_by))
+        rows.append(vacuum(spark, config, t, policy))
+    record(spark, config, ds, rows, run_id)
+    return {"dataset": ds.name, "run_id": run_id, "tables": len(tables), "watermarks": marks,
+            "rows_expired": sum(r["rows_deleted"] or 0 for r in rows),
+            "vacuum_retention_hours": policy.vacuum_retention_hours,
+            "seconds": round(time.monotonic() - started, 3),
+            "operations": [{**r, "started_at": r["started_at"].isoformat()} for r in rows]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = job_parser("maintenance", __doc__.splitlines()[0])
+    p.add_argument("--run-id")
+    args = p.parse_args(argv)
+    config, ds, spark = job_context(args, "maintenance")
+    summary = run_maintenance(spark, config, ds, args.run_id)
+    print(json.dumps(summary), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
