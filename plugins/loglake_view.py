@@ -36,5 +36,7 @@ class LoglakeViewPlugin(AirflowPlugin):
         "destination": "nav",
         # A route of the UI's own: the page is embedded in it instead of opening a new tab.
         "url_route": "loglake",
-        "category": "browse",
+        # Its own entry in the navigation bar, not one more item under "Browse".
+        "nav_top_level": True,
+        "icon": "/loglake/icon.svg",
     }]

@@ -3,6 +3,7 @@
 ``/``            every dataset and partition, rendered on the server from ``loglake.status``
 ``/api/status``  the same data as JSON
 ``/docs/...``    the Great Expectations Data Docs site (``loglake.results.data_docs_dir``)
+``/icon.svg``    the navigation icon
 
 Configuration is loaded per request from the environment the api-server runs in
 (LOGLAKE_CONF, LOGLAKE_HOME, LOGLAKE_PROFILE), never at import. Every route requires
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance")
 
@@ -71,6 +72,12 @@ def create_app(config_loader: Callable | None = None, require_login: bool = True
 
         root = request.scope.get("root_path", "").rstrip("/")
         return HTMLResponse(render_page(collect(load()), root))
+
+    @app.get("/icon.svg")
+    def icon() -> Response:
+        from loglake_airflow.ui_html import ICON
+
+        return Response(ICON, media_type="image/svg+xml")
 
     @app.get("/docs")
     def data_docs_root(request: Request) -> RedirectResponse:

@@ -18,7 +18,7 @@ h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 24px 0 4p
 nav a { margin-right: 12px; }
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { border: 1px solid #cbd5e0; padding: 3px 8px; text-align: right; white-space: nowrap; }
-th { background: #edf2f7; } td.text, th.text { text-align: left; }
+th { background: #edf2f7; white-space: normal; max-width: 7em; font-size: 12px; } td.text, th.text { text-align: left; }
 .ok { color: #276749; } .bad { color: #c53030; font-weight: 600; } .muted { color: #718096; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 4px 0; }
 dt { color: #4a5568; }
@@ -26,11 +26,16 @@ dt { color: #4a5568; }
 
 # (field, column title); the partition row's cells, in order.
 PARTITION_FIELDS = (
-    ("earliest", "earliest"), ("end", "log end"), ("speed_position", "speed position"),
-    ("speed_lag", "speed lag (records)"), ("lag_seconds", "speed lag (s)"), ("watermark", "batch watermark"),
-    ("batch_lag", "batch lag (records)"), ("oldest_unprocessed", "oldest unprocessed"),
+    ("earliest", "earliest offset"), ("end", "log end offset"), ("speed_position", "speed position"),
+    ("speed_lag", "speed lag (records)"), ("lag_seconds", "speed lag (time)"), ("watermark", "batch watermark"),
+    ("batch_lag", "batch lag (records)"), ("oldest_unprocessed", "oldest unprocessed offset"),
     ("retention_seconds", "retention deletes it in"),
 )
+
+# The navigation icon (Airflow shows it next to the "loglake" entry): a log of records.
+ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
+        'stroke-width="2"><rect x="3" y="4" width="18" height="16" rx="2"/><path d="M7 9h10M7 13h10M7 17h6"/>'
+        '</svg>')
 
 
 def _cell(ds: str, part: int, fld: str, value) -> str:
@@ -109,7 +114,7 @@ def render_page(datasets: list[dict], root: str) -> str:
     body = "".join(_dataset(d) for d in datasets) or "<p>no datasets configured</p>"
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>loglake</title><style>{CSS}</style></head>'
             f'<body><h1>loglake: every layer, per partition</h1><nav>{links}</nav>{body}'
-            '<p class="muted">Lag (s): age of the oldest record the speed layer has not processed. '
+            '<p class="muted">Speed lag (time): age of the oldest record the speed layer has not processed. '
             "Retention: time until Kafka may delete the oldest offset that the speed or batch layer has not "
             "processed (its timestamp + retention.ms); - when nothing is unprocessed or nothing is deleted by "
             "age.</p></body></html>")
