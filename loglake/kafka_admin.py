@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -152,3 +153,71 @@ def dataset_state(config: Config, ds: Dataset) -> list[PartitionState]:
     marks = watermarks(config, ds.topic)
     pos = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
     return [PartitionState(p, lo, hi, pos.get(p)) for p, (lo, hi) in sorted(marks.items())]
+
+
+def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
+                      timeout: float = TIMEOUT) -> dict[tuple[int, int], int]:
+    """(partition, offset) → Kafka timestamp (ms) of the first record at or after that
+    offset, for every offset in ``wanted`` (partition → offsets). Offsets with no record
+    at or after them (only transaction markers or compacted-away offsets before the
+    end) are absent. One consumer reads them all, seeking from one offset to the next."""
+    todo = {p: sorted(set(offs)) for p, offs in wanted.items() if offs}
+    if not todo:
+        return {}
+    c = Consumer(config.kafka_client_conf(**{
+        "group.id": "loglake-status",  # never joins nor commits: partitions are assigned
+        "enable.auto.commit": False,
+        # The end of a partition tells that no record follows the offset.
+        "enable.partition.eof": True,
+        # An offset deleted meanwhile: the oldest record that is still there.
+        "auto.offset.reset": "earliest",
+        # One record per offset is wanted, not the default prefetch of up to 64 MiB each.
+        "queued.min.messages": 1,
+        "fetch.max.bytes": 1024 * 1024,
+        "max.partition.fetch.bytes": 64 * 1024,
+    }))
+    found: dict[tuple[int, int], int] = {}
+    try:
+        c.assign([TopicPartition(topic, p, offs[0]) for p, offs in todo.items()])
+        deadline = time.monotonic() + timeout
+        while todo and time.monotonic() < deadline:
+            for msg in c.consume(num_messages=100, timeout=0.5):
+                p = msg.partition()
+                targets = todo.get(p)
+                if not targets:
+                    continue
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaUnavailableError(f"reading {topic}[{p}] at offset {targets[0]} failed: {err}")
+                if err is not None:  # the end: no record at or after the offsets left
+                    targets.clear()
+                # Records arrive in offset order, so the first one at or after a target is its record
+                # (also one fetched before the seek below).
+                popped = False
+                while targets and err is None and msg.offset() >= targets[0]:
+                    found[p, targets.pop(0)] = msg.timestamp()[1]
+                    popped = True
+                if not targets:
+                    del todo[p]
+                    c.pause([TopicPartition(topic, p)])
+                elif popped and msg.offset() + 1 < targets[0]:
+                    with contextlib.suppress(KafkaException):  # only a shortcut: reading on finds it too
+                        c.seek(TopicPartition(topic, p, targets[0]))
+    finally:
+        c.close()
+    if todo:
+        raise KafkaUnavailableError(f"no answer reading {topic} partitions {sorted(todo)} within {timeout:.0f}s")
+    return found
+
+def topic_configs(config: Config, topic: str, names: tuple[str, ...] = ("retention.ms", "cleanup.policy"),
+                  timeout: float = TIMEOUT) -> dict[str, str]:
+    """The values of the topic settings ``names`` (the broker default where not set on the topic)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    client = admin(config)  # keep a reference: a collected client cancels its futures
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = client.describe_configs([res], request_timeout=timeout)[res].result(timeout=timeout)
+    except KafkaException as e:
+        raise KafkaUnavailableError(f"reading the settings of topic {topic!r} failed: {e.args[0]}") from None
+    return {n: entries[n].value for n in names if n in entries}

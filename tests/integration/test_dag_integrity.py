@@ -206,3 +206,24 @@ def test_ranges_are_written_then_validated_and_published_per_dataset(dags):
         assert TABLES in quality.outlets and TABLES not in recompute.outlets
     asset = table_asset("batch.job_views")
     assert (asset.name, asset.uri) == ("loglake.batch.job_views", "loglake://batch/job_views")
+
+
+def test_ui_plugin_imports_fast_without_files_or_network():
+    """Every Airflow process loads plugins: the loglake view's file must stay cheap and
+    safe to import; its app (and FastAPI) is built on the first request."""
+    module, seconds, calls = import_dag_file(PLUGINS_DIR / "loglake_view.py")
+    assert calls == [], f"loglake_view.py touched files or the network at import: {calls}"
+    assert seconds < IMPORT_BUDGET_SECONDS, f"loglake_view.py took {seconds:.2f}s to import"
+    assert "loglake_airflow.ui" not in sys.modules  # built lazily, not at import
+
+
+def test_airflow_loads_the_ui_plugin_from_the_plugins_folder():
+    from airflow.plugins_manager import _load_plugins_from_plugin_directory
+
+    plugins, errors = _load_plugins_from_plugin_directory(str(PLUGINS_DIR))
+    assert errors == {}
+    (view,) = [p for p in plugins if p.name == "loglake"]
+    (app,) = view.fastapi_apps
+    assert app["url_prefix"] == "/loglake"
+    (ext,) = view.external_views
+    assert (ext["destination"], ext["url_route"], ext["href"]) == ("nav", "loglake", "/loglake/")

@@ -1,9 +1,10 @@
-"""The embedded Airflow as a user meets it: health, REST login, the backfill trigger form.
+"""The embedded Airflow as a user meets it: health, REST login, the backfill trigger form,
+the loglake page.
 
 One Airflow (api-server, scheduler, dag-processor, triggerer) for the module, on a free
-port with its own state directory; DAGs stay paused, so nothing runs. The form is
-rendered by headless Chromium logged in with the ``_token`` cookie; its screenshot is
-kept in ``test-artifacts/``.
+port with its own state directory and the test broker; DAGs stay paused, so nothing
+runs. Pages are rendered by headless Chromium logged in with the ``_token`` cookie;
+their screenshots are kept in ``test-artifacts/``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ ARTIFACTS = paths.REPO_ROOT / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, kafka_bootstrap):
     root = tmp_path_factory.mktemp("ui")
-    # No broker needed: the DAGs are only parsed and shown, never run.
-    config = load_config(write_conf(root, "localhost:9"), home=root / "state")
+    # The DAGs are only parsed and shown, never run; the loglake page reads the broker.
+    config = load_config(write_conf(root, kafka_bootstrap), home=root / "state")
     af = EmbeddedAirflow(config, free_port())
     seconds = af.start(timeout=120)
     print(f"Airflow healthy {seconds:.1f}s after start (migration included)")
@@ -110,6 +111,77 @@ def test_backfill_trigger_form_shows_the_loglake_fields(airflow):
     assert "job_views" in text  # the dataset field's default, from the enum
     assert "PARTITION:START-END" in text  # the ranges field's description
     assert shot.stat().st_size > 10_000
+
+
+def loglake_page_values(b: Browser) -> dict[tuple, str]:
+    """(dataset, partition or table, field) → data-value of every cell of the loglake page
+    embedded in the Airflow UI (the iframe of ``/plugin/loglake``; same origin)."""
+    doc = "document.querySelector('iframe') && document.querySelector('iframe').contentDocument"
+    b.wait_for(f"({doc}) && ({doc}).querySelectorAll('[data-field]').length > 0", timeout=60)
+    cells = b.eval(f"[...({doc}).querySelectorAll('[data-field]')].map(e => [e.dataset.dataset, "
+                   "e.dataset.partition ?? e.dataset.table ?? null, e.dataset.field, e.dataset.value ?? null])")
+    return {(d, w, f): v for d, w, f, v in cells}
+
+
+def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
+    from loglake.kafka_admin import ensure_topic, watermarks
+    from loglake.planning import plan_backfill
+    from loglake.produce import produce
+    from loglake.status import dataset_status, format_status
+    from spark_jobs.batch import run_batch
+    from spark_jobs.speed import run_speed
+
+    config = airflow.config
+    ds = config.dataset("job_views")
+    for d in config.datasets.values():
+        ensure_topic(config, d)
+    produce(config, ds, 400, seed=81)
+    run_speed(spark, config, ds, available_now=True)
+    end0 = watermarks(config, ds.topic)[0][1]
+    run_batch(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
+    produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
+    # From here on nothing writes: offsets, watermarks and versions stay as read.
+    expected = {d.name: dataset_status(config, d) for d in config.datasets.values()}
+    print("\n".join(line for d in config.datasets.values() for line in format_status(d, expected[d.name])))
+
+    token = airflow.token()
+    base = f"http://localhost:{airflow.port}"
+    with Browser() as b:
+        b.send("Network.enable")
+        b.send("Network.setCookie", name="_token", value=token, url=f"{base}/")
+        b.send("Page.enable")
+        b.send("Page.navigate", url=f"{base}/plugin/loglake")  # the UI's route for the view
+        shown = loglake_page_values(b)
+        nav = b.eval("document.body.innerText")
+        time.sleep(0.5)  # let the frame finish painting before the picture
+        shot = b.screenshot(ARTIFACTS / "airflow-loglake-page.png")
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    assert "loglake" in nav
+    for name, st in expected.items():
+        for p in st.partitions:
+            for fld in ("earliest", "end", "speed_position", "watermark", "speed_lag", "batch_lag",
+                        "oldest_unprocessed"):
+                value = getattr(p, fld)
+                assert shown[name, str(p.partition), fld] == ("" if value is None else str(value)), (name, p, fld)
+            for fld in ("lag_seconds", "retention_seconds"):  # ages move with the clock: present or absent
+                assert (shown[name, str(p.partition), fld] == "") == (getattr(p, fld) is None), (name, p, fld)
+        for t in st.tables:
+            assert shown[name, t.layer, "version"] == ("" if t.version is None else str(t.version))
+            assert shown[name, t.layer, "files"] == ("" if t.files is None else str(t.files))
+        assert shown[name, None, "quality"] == "none" and shown[name, None, "audit"] == "none"
+    assert any(p.speed_lag and p.lag_seconds for p in expected["job_views"].partitions)
+
+    # The same app, straight: JSON with a Bearer token; nothing without a login.
+    status, body = api(airflow, "/loglake/api/status", token)
+    assert status == 200 and {d["name"] for d in body["datasets"]} == set(config.datasets)
+    status, _ = api(airflow, "/loglake/api/status", "not-a-token")
+    assert status in (401, 403)
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{airflow.port}/loglake/", timeout=10)
+        raise AssertionError("the loglake page answered without a login")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
 
 
 def test_stop_leaves_no_process_behind(airflow):
