@@ -39,7 +39,7 @@ def build_tables(config, ds) -> dict:
     from loglake.kafka_admin import watermarks
     from loglake.offsets import OffsetRange
     from loglake.planning import Plan
-    from spark_jobs.batch import run_batch
+    from spark_jobs.quality import recompute_and_publish
     from spark_jobs.session import get_spark
     from spark_jobs.speed import run_speed
 
@@ -50,7 +50,7 @@ def build_tables(config, ds) -> dict:
         t1 = time.monotonic()
         half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, lo + (hi - lo) // 2)
                                    for p, (lo, hi) in watermarks(config, ds.topic).items()))
-        run_batch(spark, config, ds, half, "bench-half")
+        recompute_and_publish(spark, config, ds, half, "bench-half")
         t2 = time.monotonic()
     finally:
         spark.stop()

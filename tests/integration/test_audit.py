@@ -16,7 +16,7 @@ from loglake.planning import Plan, plan_batch
 from loglake.produce import generate, produce
 from loglake.results import AUDIT_RESULTS, last_audit
 from loglake.tables import open_table, query
-from spark_jobs.batch import run_batch
+from spark_jobs.quality import recompute_and_publish
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def build_half(spark, config, ds) -> None:
     run_speed(spark, config, ds, available_now=True)
     half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, lo + (hi - lo) // 2)
                                for p, (lo, hi) in watermarks(config, ds.topic).items()))
-    run_batch(spark, config, ds, half, "half")
+    recompute_and_publish(spark, config, ds, half, "half")
 
 
 def part_row(result, partition, layer):
@@ -124,7 +124,7 @@ def test_changelog_audit_accounts_for_every_offset(spark, make_config):
     res = produce(config, ds, 800, bad_fraction=0.05, seed=64)
     assert res.tombstones > 0
     run_speed(spark, config, ds, available_now=True)
-    run_batch(spark, config, ds, plan_batch(config, ds), "rebuild")
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "rebuild")
     more = produce(config, ds, 200, bad_fraction=0.05, seed=65)
     run_speed(spark, config, ds, available_now=True)
     result = audit_dataset(config, ds, record=False)

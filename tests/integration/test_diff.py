@@ -11,7 +11,7 @@ from loglake.diff import diff_plan, diff_range, format_diff
 from loglake.planning import ParamError, plan_batch
 from loglake.produce import produce
 from loglake.tables import open_table, query
-from spark_jobs.batch import run_batch
+from spark_jobs.quality import recompute_and_publish
 from spark_jobs.speed import run_speed
 
 from tests.integration.test_audit import loglake
@@ -25,7 +25,7 @@ def test_diff_explains_a_changed_row_and_missing_rows(spark, make_config):
     produce(config, ds, 900, bad_fraction=0.05, seed=71)
     run_speed(spark, config, ds, available_now=True)
     plan = plan_batch(config, ds)
-    run_batch(spark, config, ds, plan, "all")
+    recompute_and_publish(spark, config, ds, plan, "all")
     batch_path, speed_path = config.table_path(ds, "batch"), config.table_path(ds, "speed")
     rows = query(open_table(batch_path), 'SELECT "_partition" AS p, "_offset" AS o, duration_ms FROM t '
                                          'ORDER BY p, o LIMIT 3')
@@ -81,7 +81,7 @@ def test_changelog_diff_counts_superseded_rows_not_missing(spark, make_config):
     ds = config.dataset("company_ceos")
     res = produce(config, ds, 400, seed=73)
     run_speed(spark, config, ds, available_now=True)
-    run_batch(spark, config, ds, plan_batch(config, ds), "rebuild")
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "rebuild")
     latest = query(open_table(config.table_path(ds, "batch")), 'SELECT "_partition" AS p, count(*) AS n FROM t '
                                                                 'GROUP BY p ORDER BY n DESC LIMIT 1')[0]
     end = res.by_partition[latest["p"]]

@@ -18,7 +18,7 @@ from loglake.produce import produce
 from loglake.results import last_maintenance
 from loglake.tables import open_table
 from spark_jobs import delta_io
-from spark_jobs.batch import run_batch
+from spark_jobs.quality import recompute_and_publish
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.serving import serving_view
 from spark_jobs.speed import run_speed, start_stream
@@ -103,7 +103,7 @@ def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
     ds = config.dataset("job_views")
     produce(config, ds, 900, bad_fraction=0.1, seed=81)
     run_speed(spark, config, ds, available_now=True)
-    run_batch(spark, config, ds, plan_batch(config, ds), "batch-1")
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "batch-1")
     marks = batch_watermarks(config, ds)
     assert marks and all(w > 0 for w in marks.values())
     produce(config, ds, 300, bad_fraction=0.1, seed=82)
@@ -145,7 +145,7 @@ def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
 
     # Batch catches up with the log end, so expiry leaves no speed row at all. A lost
     # checkpoint then resumes at the watermark instead of replaying the log from the start.
-    run_batch(spark, config, ds, plan_batch(config, ds), "batch-2")
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "batch-2")
     run_maintenance(spark, config, ds, "expire-2")
     assert landed(spark, config, ds).count() == 0
     marks = batch_watermarks(config, ds)
@@ -224,7 +224,7 @@ def test_loglake_maintain_on_a_changelog_keeps_its_state_and_view(spark, make_co
     ds = config.dataset("company_ceos")
     produce(config, ds, 400, bad_fraction=0.05, seed=95)
     run_speed(spark, config, ds, available_now=True)
-    run_batch(spark, config, ds, plan_batch(config, ds), "batch-1")
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "batch-1")
     marks = batch_watermarks(config, ds)
     produce(config, ds, 150, bad_fraction=0.05, seed=96)
     run_speed(spark, config, ds, available_now=True)

@@ -20,7 +20,7 @@ from loglake.planning import plan_backfill
 from loglake.produce import produce
 from loglake.results import QUALITY_RESULTS, data_docs_dir
 from loglake.status import dataset_status, format_status
-from spark_jobs.batch import run_batch
+from spark_jobs.quality import recompute_and_publish
 from spark_jobs.speed import run_speed
 
 from tests.conftest import write_conf
@@ -82,7 +82,7 @@ def state(spark, kafka_bootstrap, tmp_path_factory):
     produce(config, ds, 600, seed=71)
     run_speed(spark, config, ds, available_now=True)
     end0 = watermarks(config, ds.topic)[0][1]
-    run_batch(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-test")
+    recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-test")
     produce(config, ds, 300, seed=72)
     write_quality_row(config, ds, published=True)
     return config, ds, t0

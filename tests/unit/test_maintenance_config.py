@@ -28,9 +28,10 @@ def set_maintenance(conf: Path, maintenance: dict) -> Path:
 
 
 def test_defaults_keep_a_week_and_expire_speed(conf):
-    m = load_config(conf).dataset("job_views").maintenance
+    m = load_config(conf).dataset("company_ceos").maintenance  # no maintenance: key, all defaults
     assert (m.vacuum_retention_hours, m.allow_short_vacuum_retention, m.expire_speed, m.zorder_by) == (
         168.0, False, True, [])
+    assert load_config(conf).dataset("job_views").maintenance.zorder_by == ["user_id"]
 
 
 def test_vacuum_below_the_guard_is_refused_naming_the_key(conf):
