@@ -18,7 +18,14 @@ parsed), for every dataset in `conf/datasets`:
      ranges *published*, which advances the watermark; otherwise the task fails (no
      retry) naming each failed expectation, its column, the unexpected count and sample
      offsets. It emits events for the tables' Assets once published.
-   Each task's return value is its job's summary (records, quarantined, seconds, ...).
+   - **diff** compares the published batch rows with the speed rows for the same offsets
+     (by `_topic, _partition, _offset`): missing in speed, missing in batch (and whether
+     the other layer quarantined them), changed rows with the columns that differ and a
+     sample. It explains; it never fails the run.
+   - **audit** checks every retained offset of the dataset lands exactly once in its
+     layer, reading the actual offsets from the log; anything missing, duplicated or
+     unexpected fails the task, listing the offsets. Stored in `_audit_results`.
+   Each task's return value is its summary (records, quarantined, seconds, ...).
 
 Datasets are recomputed one at a time unless `LOGLAKE_BATCH_PARALLELISM` says more.
 No catch-up: a run always plans from the watermark, so a skipped interval loses nothing.

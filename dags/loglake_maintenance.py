@@ -6,7 +6,7 @@ expression or preset to change it; it is read when the file is parsed):
 
 1. **tables** lists the datasets that have at least one table (speed, batch, quarantine,
    a changelog's latest state); the tables are in the task log.
-2. **maintain**, one mapped task per dataset, runs `spark_jobs/maintenance.py` under
+2. **dataset.maintain**, one mapped task group per dataset, runs `spark_jobs/maintenance.py` under
    spark-submit (connection `loglake_spark`). Per table: *expire* the speed rows (and the
    speed layer's quarantine rows) below the batch watermark W_p — the serving view never
    reads them; *optimize* (bin-packing, or Z-order by `maintenance.zorder_by`); *vacuum*
@@ -15,6 +15,11 @@ expression or preset to change it; it is read when the file is parsed):
    stream are retried with backoff (6 attempts). Every operation is recorded in
    `_maintenance_log` (files and bytes before and after, versions, rows expired,
    attempts); the task's return value is the job's summary.
+3. **dataset.audit** then checks that every offset Kafka retains is in its layer exactly
+   once (batch or batch quarantine below W_p, speed or speed quarantine from W_p to the
+   speed position), reading the actual offsets from the log. Anything missing,
+   duplicated or unexpected fails the task, listing the offsets; the result is stored in
+   `_audit_results`.
 
 Datasets are maintained one at a time unless `LOGLAKE_MAINTENANCE_PARALLELISM` says more.
 No catch-up; one run at a time.
@@ -28,8 +33,8 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, task
 
 from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow.groups import maintain_and_audit
 from loglake_airflow.maintenance import maintenance_args
-from loglake_airflow.operators import LoglakeSparkSubmitOperator
 
 with DAG(
     dag_id="loglake_maintenance",
@@ -47,10 +52,4 @@ with DAG(
         """The maintenance job's arguments for every dataset that has a table."""
         return maintenance_args(f"{context['dag'].dag_id}/{context['run_id']}")
 
-    maintain = LoglakeSparkSubmitOperator.partial(
-        task_id="maintain",
-        job="maintenance",
-        # One Spark driver at a time by default: the streams already hold JVMs on a small machine.
-        max_active_tis_per_dagrun=int(os.environ.get("LOGLAKE_MAINTENANCE_PARALLELISM", "1")),
-        map_index_template="{{ task.application_args[1] }}",
-    ).expand(application_args=tables())
+    maintain_and_audit.expand(args=tables())

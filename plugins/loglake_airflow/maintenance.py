@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from loglake_airflow.plans import _or_fail
+from loglake_airflow.plans import or_fail
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ def maintenance_args(run_id: str) -> list[list[str]]:
     from loglake.config import load_config
     from loglake.maintenance import datasets_with_tables, existing_tables
 
-    config = _or_fail(load_config)
+    config = or_fail(load_config)
     chosen = datasets_with_tables(config)
     for ds in config.datasets.values():
         if ds in chosen:

@@ -22,7 +22,7 @@ def job_args(plan, run_id: str) -> list[str]:
     return ["--dataset", plan.dataset, "--plan", plan.to_json(), "--run-id", run_id]
 
 
-def _or_fail(fn: Callable, *args, **kwargs) -> Any:
+def or_fail(fn: Callable, *args, **kwargs) -> Any:
     """Call ``fn``; errors that a retry cannot fix fail the task without retrying."""
     from loglake.errors import ConfigError, DataLossError, OffsetError
     from loglake.planning import ParamError
@@ -39,14 +39,14 @@ def batch_args(run_id: str) -> list[list[str]]:
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_batch
 
-    config = _or_fail(load_config)
+    config = or_fail(load_config)
     topics = list_topics(config)
     out = []
     for ds in config.datasets.values():
         if ds.topic not in topics:
             log.info("%s: topic %s does not exist yet; nothing to recompute", ds.name, ds.topic)
             continue
-        plan = _or_fail(plan_batch, config, ds)
+        plan = or_fail(plan_batch, config, ds)
         log.info("%s", plan.describe())
         if plan.empty:
             log.info("%s: nothing to recompute (the batch layer is at the log end)", ds.name)
@@ -61,12 +61,12 @@ def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_backfill
 
-    config = _or_fail(load_config)
-    ds = _or_fail(config.dataset, params["dataset"])
+    config = or_fail(load_config)
+    ds = or_fail(config.dataset, params["dataset"])
     if ds.topic not in list_topics(config):
         raise AirflowFailException(f"dataset: the topic {ds.topic} of {ds.name} does not exist on "
                                    f"{config.kafka.bootstrap_servers}: there is nothing to backfill")
-    plan = _or_fail(plan_backfill, config, ds, ranges=list(params.get("ranges") or []) or None,
+    plan = or_fail(plan_backfill, config, ds, ranges=list(params.get("ranges") or []) or None,
                     from_ts=params.get("from_ts") or None, to_ts=params.get("to_ts") or None)
     log.info("%s", plan.describe())
     if params.get("dry_run"):

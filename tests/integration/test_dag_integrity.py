@@ -185,10 +185,10 @@ def test_maintenance_schedule_can_be_overridden_by_environment(monkeypatch):
 def test_maintenance_maps_the_maintenance_job_over_the_listed_datasets(dags):
     dag = dags["loglake_maintenance"]
     assert dag.max_active_runs == 1
-    maintain = dag.get_task("maintain")
-    assert maintain.operator_class.__name__ == "LoglakeSparkSubmitOperator"
-    assert maintain.partial_kwargs["job"] == "maintenance"
+    maintain, audit = dag.get_task("dataset.maintain"), dag.get_task("dataset.audit")
+    assert type(maintain).__name__ == "LoglakeSparkSubmitOperator" and maintain.job == "maintenance"
     assert maintain.upstream_task_ids == {"tables"}
+    assert audit.upstream_task_ids == {"tables", "dataset.maintain"}  # the audit sees the maintained tables
     assert maintain.outlets == []  # maintenance changes no data the serving view returns
 
 
@@ -204,6 +204,8 @@ def test_ranges_are_written_then_validated_and_published_per_dataset(dags):
         assert quality.upstream_task_ids == {"plan", "dataset.recompute"}
         assert isinstance(recompute.task_group, MappedTaskGroup) and recompute.task_group is quality.task_group
         assert TABLES in quality.outlets and TABLES not in recompute.outlets
+        assert dag.get_task("dataset.diff").upstream_task_ids == {"plan", "dataset.quality"}
+        assert dag.get_task("dataset.audit").upstream_task_ids == {"plan", "dataset.quality"}
     asset = table_asset("batch.job_views")
     assert (asset.name, asset.uri) == ("loglake.batch.job_views", "loglake://batch/job_views")
 

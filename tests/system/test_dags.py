@@ -14,6 +14,7 @@ from loglake.kafka_admin import watermarks
 from loglake.ledger import ledger_rows
 from loglake.ledger import watermarks as batch_watermarks
 from loglake.produce import produce
+from loglake.results import last_maintenance
 from loglake.tables import open_table, query
 
 pytestmark = pytest.mark.system
@@ -30,6 +31,11 @@ def covered(config, ds) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+def covered_rows(config, ds, layer: str) -> list[dict]:
+    table = open_table(config.table_path(ds, layer))
+    return [] if table is None else query(table, "SELECT _partition, _offset FROM t")
+
+
 def offsets_of(ranges) -> list[tuple[int, int]]:
     return sorted((p, o) for p, start, end in ranges for o in range(start, end))
 
@@ -41,7 +47,7 @@ def report(name: str, run) -> None:
         if ti["duration"] is not None:
             line += f"; {task_id}[{index}] {ti['duration']:.1f}s"
             summary = run.xcom.get((task_id, index))
-            if isinstance(summary, dict) and "seconds" in summary:
+            if isinstance(summary, dict) and "submit_seconds" in summary:
                 line += (f" (Spark job {summary['seconds']:.1f}s, spark-submit {summary['submit_seconds']:.1f}s, "
                          f"task overhead beyond the job {ti['duration'] - summary['seconds']:.1f}s)")
     print(line)
@@ -142,6 +148,12 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     assert run.tasks["dataset.recompute", 0]["state"] == "success"
     assert covered(config, ds) == offsets_of((p, 0, e) for p, e in ends.items())
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
+    # After publishing: the diff explains (no speed layer ran, so every row is missing in speed),
+    # the audit finds every offset below the watermark exactly once.
+    diffs = run.xcom["dataset.diff", 0]
+    assert sum(d["missing_in_speed"]["count"] for d in diffs) == sum(1 for _ in covered_rows(config, ds, "batch"))
+    audit = run.xcom["dataset.audit", 0]
+    assert audit["ok"] and audit["offsets_checked"] == sum(ends.values())
 
     again = airflow_db.dags_test(config, "loglake_batch")
     assert again.returncode == 0, again.output[-4000:]
@@ -150,6 +162,14 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     published = [r for r in ledger_rows(config, ds) if r["state"] == "published"]
     assert len(published) == len([e for e in ends.values() if e])
 
+    maintenance = airflow_db.dags_test(config, "loglake_maintenance")
+    report("maintenance", maintenance)
+    assert maintenance.returncode == 0, maintenance.output[-4000:]
+    assert maintenance.tasks["dataset.maintain", 0]["label"] == "job_views"
+    assert maintenance.tasks["dataset.audit", 0]["state"] == "success"
+    ops = {(r["table"], r["operation"]) for r in last_maintenance(config, ds)}
+    assert ("batch.job_views", "optimize") in ops and ("batch.job_views", "vacuum") in ops
+    assert covered(config, ds) == offsets_of((p, 0, e) for p, e in ends.items())  # maintenance changed no row
 
 def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_watermark(make_config, airflow_db):
     config = make_config(datasets={"job_views": {"quality": [

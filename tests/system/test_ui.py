@@ -128,7 +128,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     from loglake.planning import plan_backfill
     from loglake.produce import produce
     from loglake.status import dataset_status, format_status
-    from spark_jobs.batch import run_batch
+    from spark_jobs.quality import recompute_and_publish
     from spark_jobs.speed import run_speed
 
     config = airflow.config
@@ -138,7 +138,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     produce(config, ds, 400, seed=81)
     run_speed(spark, config, ds, available_now=True)
     end0 = watermarks(config, ds.topic)[0][1]
-    run_batch(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
+    recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
     produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
     # From here on nothing writes: offsets, watermarks and versions stay as read.
     expected = {d.name: dataset_status(config, d) for d in config.datasets.values()}

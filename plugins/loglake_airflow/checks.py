@@ -1,0 +1,54 @@
+"""The check tasks' bodies: the explained diff after each batch range, and the offset audit.
+
+Both run in the Airflow worker without a JVM (delta-rs and confluent-kafka), so they
+cost seconds, not a Spark application. Their lines are in the task log; the result is
+the task's return value.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from loglake_airflow.operators import arg_value
+from loglake_airflow.plans import or_fail
+
+log = logging.getLogger(__name__)
+
+
+def diff_after_batch(args: list[str]) -> list[dict]:
+    """Compare batch with speed rows for every range the batch job just wrote and published.
+
+    A difference is explained (missing in either layer, changed columns with samples),
+    not judged: the task succeeds whatever it finds.
+    """
+    from loglake.config import load_config
+    from loglake.diff import diff_plan, format_diff
+    from loglake.planning import Plan
+
+    config = or_fail(load_config)
+    ds = or_fail(config.dataset, arg_value(args, "--dataset"))
+    diffs = diff_plan(config, ds, Plan.from_json(arg_value(args, "--plan")))
+    for d in diffs:
+        log.info("%s", "\n".join(format_diff(d)))
+    return diffs
+
+
+def audit(args: list[str]) -> dict:
+    """Audit the dataset named in ``args``: every retained offset exactly once in its layer.
+
+    Anything missing, duplicated or unexpected fails the task at once (a retry reads the
+    same tables) with the offending offsets; the result is stored in ``_audit_results``.
+    """
+    from loglake.audit import audit_dataset, format_audit
+    from loglake.config import load_config
+
+    config = or_fail(load_config)
+    ds = or_fail(config.dataset, arg_value(args, "--dataset"))
+    result = audit_dataset(config, ds, arg_value(args, "--run-id"))
+    lines = format_audit(result)
+    log.info("%s", "\n".join(lines))
+    if not result["ok"]:
+        raise AirflowFailException("\n".join(lines))
+    return {k: v for k, v in result.items() if k != "partitions"}
