@@ -310,124 +310,12 @@ def cmd_maintain(config: Config, args) -> int:
     return failed
 
 
-DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, count(DISTINCT user_id) AS users "
-            "FROM {view} GROUP BY source ORDER BY source")
-
-
-def _wait_caught_up(config: Config, timeout: float = 300.0) -> None:
-    from loglake.kafka_admin import dataset_state
-    from loglake.processes import wait_for
-
-    for ds in config.datasets.values():
-        wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, ds)), timeout,
-                 f"speed {ds.name} to reach the log end", 1.0, log=_speed_process(config, ds))
-
-
-def _demo_batch_run(config: Config) -> dict:
-    """Wait for the scheduled loglake_batch run the unpaused DAG starts (trigger one if none)."""
-    from loglake.airflow_client import AirflowClient, run_seconds
-    from loglake.airflow_embedded import EmbeddedAirflow
-
-    airflow = EmbeddedAirflow(config)
-    client = AirflowClient(airflow.url, airflow.token())
-    client.wait_for_dag("loglake_batch")
-    deadline = time.monotonic() + 60
-    runs = []
-    while time.monotonic() < deadline and not runs:
-        runs = client.call("GET", "/dags/loglake_batch/dagRuns?order_by=-start_date&limit=1")["dag_runs"]
-        time.sleep(1)
-    run_id = runs[0]["dag_run_id"] if runs else client.trigger("loglake_batch")
-    run = client.wait_run("loglake_batch", run_id)
-    tis = client.task_instances("loglake_batch", run_id)
-    jobs, overheads, plan_seconds, spark_max = [], [], 0.0, 0.0
-    for ti in tis:
-        if ti["task_id"] == "dataset.recompute":
-            summary = client.xcom("loglake_batch", run_id, "dataset.recompute", ti["map_index"]) or {}
-            jobs.append(summary)
-            if summary.get("submit_seconds") is not None and ti.get("duration") is not None:
-                overheads.append(ti["duration"] - summary["submit_seconds"])
-                spark_max = max(spark_max, summary["submit_seconds"])
-        elif ti["task_id"] == "plan":
-            plan_seconds = ti.get("duration") or 0.0
-    return {"run_id": run_id, "state": run["state"], "wall": run_seconds(run), "tasks": len(tis), "jobs": jobs,
-            "plan": plan_seconds, "spark_total": sum(j.get("submit_seconds", 0.0) for j in jobs),
-            "task_overhead": sum(overheads) / len(overheads) if overheads else None}
-
-
 def cmd_demo(config: Config, args) -> int:
-    """The whole platform: Kafka, speed streams, Airflow; a scheduled batch; an exact serving view."""
-    from loglake import platform
-    from loglake.kafka_admin import watermarks
-    from loglake.produce import produce
-    from loglake.tables import table_counts
+    """The whole platform: Kafka, speed streams, Airflow; a scheduled batch through the quality
+    gate, maintenance while streaming, audits, and an exact serving view (``loglake.demo``)."""
+    from loglake.demo import run_demo
 
-    t0 = time.monotonic()
-    if config.kafka.embedded:
-        embedded_kafka(config).start()
-    produced = {}
-    for ds in config.datasets.values():
-        n = args.count if ds.kind == "events" else max(args.count // 10, 100)
-        res = produce(config, ds, n, bad_fraction=args.bad_fraction, progress=True)
-        produced[ds.name] = res
-        print(f"produced {res.records} records to {ds.topic}: {res.good} good, {res.bad} malformed "
-              f"({res.rate:,.0f} records/s)")
-    platform.up(config)
-    _wait_caught_up(config)
-    print("speed layer: every stream at the log end")
-    ok = True
-    for ds in config.datasets.values():
-        counts = table_counts(config, ds)
-        log_total = sum(hi - lo for lo, hi in watermarks(config, ds.topic).values())
-        speed_quarantined = counts["quarantine"] - _batch_quarantined(config, ds)
-        exact = counts["speed"] + speed_quarantined == log_total
-        print(f"  {ds.name}: log {log_total} records = speed {counts['speed']} + speed quarantine "
-              f"{speed_quarantined}: {'yes' if exact else 'NO'}")
-        ok &= exact
-
-    print("airflow: waiting for the scheduled loglake_batch run ...")
-    batch = _demo_batch_run(config)
-    overhead = batch["task_overhead"]
-    print(f"loglake_batch run {batch['run_id']}: {batch['state']} in {batch['wall']:.1f}s: plan task "
-          f"{batch['plan']:.1f}s, {len(batch['jobs'])} Spark job(s) {batch['spark_total']:.1f}s (spark-submit wall), "
-          f"the rest ({batch['wall'] - batch['spark_total']:.1f}s) is Airflow")
-    if overhead is not None:
-        print(f"  Airflow overhead per Spark task (task wall - spark-submit wall): {overhead:.1f}s")
-    for job in batch["jobs"]:
-        rate = job.get("records_per_second")
-        print(f"  batch {job.get('dataset')}: {job.get('records')} rows, {job.get('quarantined')} quarantined, "
-              f"{job.get('seconds')}s in Spark ({f'{rate:,} records/s' if rate else 'n/a'}), "
-              f"spark-submit {job.get('submit_seconds')}s")
-    ok &= batch["state"] == "success"
-
-    from spark_jobs.batch import recompute_from_log
-    from spark_jobs.serving import query
-    from spark_jobs.session import get_spark
-
-    spark = get_spark(config, "loglake-demo", {"spark.ui.showConsoleProgress": "false"})
-    try:
-        served = query(spark, config, DEMO_SQL.format(view="job_views")).toPandas()
-        recompute_from_log(spark, config, config.dataset("job_views")).createOrReplaceTempView("recomputed")
-        full = spark.sql(DEMO_SQL.format(view="recomputed")).toPandas()
-    finally:
-        spark.stop()
-    print("\nserving view (batch below the watermark + speed above it):")
-    print("  " + DEMO_SQL.format(view="job_views"))
-    print(served.to_string(index=False))
-    same = served.equals(full)
-    print(f"full recompute from the log: {'identical' if same else 'DIFFERENT'}")
-    if not same:
-        print(full.to_string(index=False))
-    ok &= same
-    print(f"\ndemo: {'OK' if ok else 'MISMATCH'} in {time.monotonic() - t0:.1f}s; the platform is still up "
-          "(`loglake status`; `make down` stops it)")
-    return 0 if ok else 1
-
-
-def _batch_quarantined(config: Config, ds: Dataset) -> int:
-    from loglake.tables import open_table, query
-
-    t = open_table(config.table_path(ds, "quarantine"))
-    return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
+    return run_demo(config, args.count, args.bad_fraction)
 
 
 # --- audit and diff --------------------------------------------------------------------

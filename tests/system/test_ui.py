@@ -139,6 +139,8 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     run_speed(spark, config, ds, available_now=True)
     end0 = watermarks(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
+    from loglake.audit import audit_dataset
+    assert audit_dataset(config, ds, "ui-audit")["ok"]
     produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
     # From here on nothing writes: offsets, watermarks and versions stay as read.
     expected = {d.name: dataset_status(config, d) for d in config.datasets.values()}
@@ -169,7 +171,10 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
         for t in st.tables:
             assert shown[name, t.layer, "version"] == ("" if t.version is None else str(t.version))
             assert shown[name, t.layer, "files"] == ("" if t.files is None else str(t.files))
-        assert shown[name, None, "quality"] == "none" and shown[name, None, "audit"] == "none"
+        q, a = st.quality, st.audit
+        assert shown[name, None, "quality"] == ("none" if q is None else "published" if q["published"] else "failed")
+        assert shown[name, None, "audit"] == ("none" if a is None else "ok" if a["ok"] else "failed")
+    assert (shown["job_views", None, "quality"], shown["job_views", None, "audit"]) == ("published", "ok")
     assert any(p.speed_lag and p.lag_seconds for p in expected["job_views"].partitions)
 
     # The same app, straight: JSON with a Bearer token; nothing without a login.
