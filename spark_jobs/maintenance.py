@@ -60,21 +60,27 @@ def session_conf(spark: SparkSession, settings: dict[str, str]):
 
 def storage_files(spark: SparkSession, path: str) -> tuple[int, int]:
     """Data files under the table's directory, referenced or not (what VACUUM can delete):
-    (count, bytes). The Delta log and hidden files are left out."""
+    (count, bytes). The Delta log and hidden files are left out.
+
+    Directories are walked with ``listStatus``, never into ``_delta_log``: a recursive
+    ``listFiles`` there meets the commit temp files a concurrent writer (the stream)
+    creates and renames, and fails on one that vanished between listing and stat.
+    """
     jvm = spark._jvm
     root = jvm.org.apache.hadoop.fs.Path(path)
     fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
-    base = root.toUri().getPath().rstrip("/")
     files = size = 0
-    it = fs.listFiles(root, True)
-    while it.hasNext():
-        status = it.next()
-        rel = status.getPath().toUri().getPath()[len(base):]
-        parts = [p for p in rel.split("/") if p]
-        if not parts or parts[0] == "_delta_log" or any(p.startswith(".") for p in parts):
-            continue
-        files += 1
-        size += status.getLen()
+    pending = [root]
+    while pending:
+        for status in fs.listStatus(pending.pop()):
+            name = status.getPath().getName()
+            if name == "_delta_log" or name.startswith("."):
+                continue
+            if status.isDirectory():
+                pending.append(status.getPath())
+            else:
+                files += 1
+                size += status.getLen()
     return files, size
 
 
