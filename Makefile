@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
-.PHONY: setup jars test test-unit test-integration demo up down status clean-state
+.PHONY: setup jars test test-unit test-integration bench demo up down status clean-state
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central
 setup: $(STAMP) jars
@@ -31,6 +31,10 @@ test-unit: setup
 
 test-integration: setup
 	$(PY) -m pytest tests/integration
+
+## bench: every benchmark beside its reference (bench/results/<date>.json, charts, table); ~40 min
+bench: setup
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 ## demo: bring the platform up, produce events, a scheduled batch run through Airflow, an exact serving view
 demo: setup

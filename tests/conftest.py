@@ -9,14 +9,12 @@ conf/ directory), tables, checkpoints and consumer groups.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
-from loglake import paths
 from loglake.config import Config, load_config
+from loglake.sandbox import write_conf  # noqa: F401 (tests import it from here)
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
@@ -36,31 +34,6 @@ def kafka_bootstrap(tmp_path_factory) -> str:
         yield kafka.bootstrap
     finally:
         kafka.stop()
-
-
-def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
-               datasets: dict[str, dict] | None = None) -> Path:
-    """A conf/ directory for one test: the repo's datasets on topics of their own.
-
-    ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...).
-    """
-    conf = root / "conf"
-    (conf / "datasets").mkdir(parents=True, exist_ok=True)
-    suffix = topic_suffix or uuid.uuid4().hex[:8]
-    profile = {
-        "kafka": {"bootstrap_servers": bootstrap, "embedded": False},
-        "spark": {"master": "local[2]", "driver_memory": "1g",
-                  "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-                           "spark.sql.adaptive.enabled": "false"}},
-        "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
-    }
-    (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "test", "profiles": {"test": profile}}))
-    for src in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml"):
-        data = yaml.safe_load(src.read_text())
-        data["topic"] = f"{src.stem}-{suffix}"
-        data.update((datasets or {}).get(src.stem, {}))
-        (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
-    return conf
 
 
 @pytest.fixture(scope="session")

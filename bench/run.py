@@ -1,0 +1,108 @@
+"""`make bench`: every loglake benchmark beside its reference, on this machine, in one run.
+
+Runs the modules below in order (each measurement repeated, medians reported), then
+writes ``bench/results/<date>.json`` (every run's raw figures and the machine),
+``bench/results/<date>-<metric>.png`` (one chart per metric) and
+``bench/results/<date>.md`` (the table, also printed). State lives in a temporary
+directory (``--keep`` keeps it); the run starts its own broker on a free port, so it never
+touches a running ``make up``.
+
+    .venv/bin/python -m bench.run                 # everything (about 30-40 min on 2 cores)
+    .venv/bin/python -m bench.run --only P1,P4    # some metrics, merged into today's file
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench.harness import REPO, Harness, draw_chart, machine, table, write_json
+
+# module → the metrics it reports, in run order (the platform module stops Spark first).
+MODULES = {
+    "bench.speed": ["P1", "P2", "S"],
+    "bench.freshness": ["P3"],
+    "bench.batch": ["P4"],
+    "bench.compaction": ["P6"],
+    "bench.platform": ["P5", "P7", "P8"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated metric ids (P1..P8, S for the scaling curve)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (median reported)")
+    ap.add_argument("--quick", action="store_true", help="small data, to try the program out (not comparable)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"), help="results directory")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary state directory")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+    wanted = set(args.only.upper().split(",")) if args.only else None
+    unknown = (wanted or set()) - {m for ms in MODULES.values() for m in ms}
+    if unknown:
+        ap.error(f"--only: unknown metric(s) {sorted(unknown)}; expected some of P1..P8, S")
+    out = Path(args.out)
+    date = dt.date.today().isoformat()
+    json_path = out / f"{date}.json"
+    previous = json.loads(json_path.read_text()) if wanted and json_path.exists() else {}
+    host = machine()
+    machine_line = f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · {date}"
+
+    root = Path(tempfile.mkdtemp(prefix="loglake-bench-"))
+    h = Harness(root, repeats=args.repeats, quick=args.quick)
+    metrics: dict[str, dict] = {m["id"]: m for m in previous.get("metrics", [])}
+    failures = {}
+    started = time.monotonic()
+    try:
+        for module, ids in MODULES.items():
+            if wanted is not None and not wanted & set(ids):
+                continue
+            h.log(f"== {module} ({', '.join(ids)})")
+            t0 = time.monotonic()
+            try:
+                for m in importlib.import_module(module).run(h, only=wanted):
+                    m["module_seconds"] = round(time.monotonic() - t0, 1)
+                    metrics[m["id"]] = m
+            except Exception as e:  # one module failing must not lose the others' figures
+                traceback.print_exc()
+                failures[module] = f"{type(e).__name__}: {e}"
+            h.log(f"== {module} done in {time.monotonic() - t0:.0f}s")
+    finally:
+        h.close()
+        if args.keep:
+            print(f"state kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    order = [m for ids in MODULES.values() for m in ids]
+    ordered = sorted(metrics.values(), key=lambda m: order.index(m["id"]) if m["id"] in order else 99)
+    for m in ordered:
+        if m["id"] in (wanted or {m["id"]}):
+            png = draw_chart(m, out / f"{date}-{m['id']}.png", machine_line)
+            m["chart_file"] = png.name if png else None
+    doc = {"date": date, "machine": host, "quick": args.quick, "repeats": args.repeats,
+           "seconds": round(time.monotonic() - started, 1) + previous.get("seconds", 0) * bool(wanted),
+           "failures": {**previous.get("failures", {}), **failures} if wanted else failures,
+           "metrics": ordered}
+    write_json(json_path, doc)
+    md = f"Measured {date} on {machine_line}; `make bench`, median of {args.repeats} runs.\n\n{table(ordered)}\n"
+    (out / f"{date}.md").write_text(md)
+    print("\n" + md)
+    print(f"results: {json_path} (+ charts and {date}.md) in {time.monotonic() - started:.0f}s")
+    if failures:
+        print("failed modules: " + "; ".join(f"{k}: {v}" for k, v in failures.items()), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
