@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--only: unknown metric(s) {sorted(unknown)}; expected some of P1..P8, S")
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     date = dt.date.today().isoformat()
     json_path = out / f"{date}.json"
     previous = json.loads(json_path.read_text()) if wanted and json_path.exists() else {}

@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -101,24 +102,37 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         return {**summary, "seconds": 0.0, "records_per_second": None}
     check_retained(config, ranges)
 
-    validated = parse.validate(read_ranges(spark, config, ranges), ds).persist()
-    try:
-        valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
-        quarantine = parse.quarantine_rows(validated, "batch")
-        batch_path = config.table_path(ds, "batch")
-        quarantine_path = config.table_path(ds, "quarantine")
-        if ds.kind == "changelog":
+    validated = parse.validate(read_ranges(spark, config, ranges), ds)
+    batch_path = config.table_path(ds, "batch")
+    quarantine_path = config.table_path(ds, "quarantine")
+    if ds.kind == "changelog":
+        # The latest state is rebuilt from the whole log, small by nature: cache it once.
+        validated = validated.persist()
+        try:
+            valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
             state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(batch_path)
-            _replace(quarantine, quarantine_path, f"_layer = 'batch' AND _topic = '{ds.topic}'")
-        else:
-            predicate = range_predicate(ranges)
-            _replace(valid, batch_path, predicate)
-            _replace(quarantine, quarantine_path, f"_layer = 'batch' AND ({predicate})")
-        counts = {(r["_partition"], r["bad"]): r["n"] for r in validated.groupBy(
-            "_partition", F.col("_reason").isNotNull().alias("bad")).count().withColumnRenamed("count", "n").collect()}
-    finally:
-        validated.unpersist()
+            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
+                     f"_layer = 'batch' AND _topic = '{ds.topic}'")
+            counts = {(r["_partition"], r["bad"]): r["n"] for r in validated.groupBy(
+                "_partition", F.col("_reason").isNotNull().alias("bad")).count().withColumnRenamed(
+                "count", "n").collect()}
+        finally:
+            validated.unpersist()
+    else:
+        # One pass reads, validates and writes the valid rows, counting the rest; the
+        # quarantine is rewritten by a second pass only when the range has bad records.
+        predicate = range_predicate(ranges)
+        observed, observation = parse.counted(validated, sorted({r.partition for r in ranges}))
+        _replace(parse.apply_transform(parse.valid_rows(observed, ds), ds), batch_path, predicate)
+        n = observation.get
+        counts = {(r.partition, bad): n[f"{'quarantined' if bad else 'records'}_{r.partition}"]
+                  for r in ranges for bad in (False, True)}
+        where = f"_layer = 'batch' AND ({predicate})"
+        if n["quarantined"]:
+            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path, where)
+        elif delta_io.table_exists(spark, quarantine_path):
+            DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
 
     append_ledger(spark, config, [
         {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,

@@ -70,6 +70,15 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
+def committed_version(path: str, app_id: str) -> int | None:
+    """The newest ``txnVersion`` that ``app_id`` committed to the table at ``path`` (None if
+    none, or no table yet), read from the Delta log without a Spark job."""
+    from loglake.tables import open_table
+
+    table = open_table(path)
+    return None if table is None else table.transaction_version(app_id)
+
+
 def append_idempotent(df: DataFrame, path: str, app_id: str, version: int) -> None:
     """Append ``df`` to the Delta table at ``path`` unless (app_id, version) already landed."""
     (df.write.format("delta").mode("append")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from loglake.config import Dataset, FieldSpec
@@ -35,23 +35,14 @@ def _type_ok(t: Column, field_type: str) -> Column:
 _SQL_TYPE = {"string": "string", "timestamp": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
 
 
-def _lit_sql(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return "'" + str(v).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _reason(code: str, message: Column | str) -> Column:
     msg = F.lit(message) if isinstance(message, str) else message
     return F.struct(F.lit(code).alias("code"), msg.alias("message"))
 
 
-def _field_checks(name: str, spec: FieldSpec) -> list[Column]:
-    """Reasons (first failing wins) for one field; typed value is in ``_x_<name>``."""
-    t = F.col(f"_t_{name}")
-    x = F.col(f"_x_{name}")
+def _field_checks(name: str, spec: FieldSpec, t: Column, x: Column, s: Column | None) -> list[Column]:
+    """Reasons (first failing wins) for one field: ``t`` its JSON token's VARIANT type name,
+    ``x`` its typed value, ``s`` (timestamps) its string form."""
     checks: list[Column] = []
     if spec.required:
         checks.append(F.when(t.isNull(), _reason("missing_field", f"required field {name!r} is missing")))
@@ -62,33 +53,113 @@ def _field_checks(name: str, spec: FieldSpec) -> list[Column]:
         "wrong_type", F.concat(F.lit(f"field {name!r} expected {spec.type}, found "), t))))
     if spec.type == "timestamp":
         checks.append(F.when(present & x.isNull(), _reason(
-            "wrong_type", F.concat(F.lit(f"field {name!r} expected an ISO-8601 timestamp, found "),
-                                   F.col(f"_s_{name}")))))
+            "wrong_type", F.concat(F.lit(f"field {name!r} expected an ISO-8601 timestamp, found "), s))))
     shown = x.cast("string")
-    if spec.enum is not None:
-        allowed = ", ".join(str(v) for v in spec.enum)
-        cond = F.expr(f"_x_{name} IN ({', '.join(_lit_sql(v) for v in spec.enum)})")
-        checks.append(F.when(x.isNotNull() & ~cond, _reason(
-            "out_of_domain", F.concat(F.lit(f"field {name!r} = "), shown, F.lit(f" is not one of [{allowed}]")))))
-    if spec.min is not None:
-        checks.append(F.when(x < F.lit(spec.min), _reason(
-            "out_of_domain", F.concat(F.lit(f"field {name!r} = "), shown, F.lit(f" is below min {spec.min:g}")))))
-    if spec.max is not None:
-        checks.append(F.when(x > F.lit(spec.max), _reason(
-            "out_of_domain", F.concat(F.lit(f"field {name!r} = "), shown, F.lit(f" is above max {spec.max:g}")))))
-    if spec.pattern is not None:
-        checks.append(F.when(x.isNotNull() & ~x.rlike(spec.pattern), _reason(
-            "out_of_domain", F.concat(F.lit(f"field {name!r} = "), shown,
-                                      F.lit(f" does not match {json.dumps(spec.pattern)}")))))
+    for code, bad, text in _domain_checks(name, spec, x):
+        checks.append(F.when(bad, _reason(code, F.concat(F.lit(f"field {name!r} = "), shown, F.lit(text)))))
     return checks
 
 
-def validate(raw: DataFrame, ds: Dataset) -> DataFrame:
-    """Kafka source rows → provenance, raw key/value, typed fields, ``_reason`` struct.
+def _domain_checks(name: str, spec: FieldSpec, x: Column) -> list[tuple[str, Column, str]]:
+    """(reason code, condition that is true when ``x`` breaks the rule, message tail)."""
+    out = []
+    if spec.enum is not None:
+        allowed = ", ".join(str(v) for v in spec.enum)
+        out.append(("out_of_domain", x.isNotNull() & ~x.isin(*spec.enum), f" is not one of [{allowed}]"))
+    if spec.min is not None:
+        out.append(("out_of_domain", x < F.lit(spec.min), f" is below min {spec.min:g}"))
+    if spec.max is not None:
+        out.append(("out_of_domain", x > F.lit(spec.max), f" is above max {spec.max:g}"))
+    if spec.pattern is not None:
+        out.append(("out_of_domain", x.isNotNull() & ~x.rlike(spec.pattern), f" does not match {json.dumps(spec.pattern)}"))
+    return out
+
+
+# from_json options that make it as strict as try_parse_json: no single quotes, no NaN.
+_FAST_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt", "allowSingleQuotes": "false",
+                 "allowNonNumericNumbers": "false"}
+_FAST_TYPE = {"long": "bigint", "double": "double", "boolean": "boolean", "string": "variant", "timestamp": "variant"}
+
+
+def _fast(ds: Dataset, vs: Column) -> tuple[Column, dict[str, Column]]:
+    """The fast path: (``ok``, typed value per field) from one ``from_json`` pass.
+
+    ``ok`` is true only for records the exact rules below accept too: parsed without a
+    corrupt part, an object, every required field present with the right JSON type (string
+    and timestamp fields are parsed as VARIANT so a number there is told apart from a
+    string), every domain rule met. Everything else takes the exact path.
+    """
+    schema = ", ".join(f"`{n}` {_FAST_TYPE[spec.type]}" for n, spec in ds.fields.items()) + ", _corrupt string"
+    j = F.from_json(vs, schema, _FAST_OPTIONS)
+    ok = vs.isNotNull() & (F.substring(vs, 1, 1) == "{") & j.getField("_corrupt").isNull()
+    values: dict[str, Column] = {}
+    for name, spec in ds.fields.items():
+        raw = j.getField(name)
+        if spec.type in ("string", "timestamp"):
+            t = F.schema_of_variant(raw)
+            text = raw.cast("string")
+            x = text if spec.type == "string" else text.try_cast("timestamp")
+            ok = ok & ((t == "STRING") if spec.required else (raw.isNull() | (t == "STRING") | (t == "VOID")))
+            if spec.type == "timestamp":
+                ok = ok & (raw.isNull() | (t != "STRING") | x.isNotNull())
+        else:
+            x = raw
+            if spec.required:
+                ok = ok & x.isNotNull()
+        for _code, bad, _text in _domain_checks(name, spec, x):
+            ok = ok & ~F.coalesce(bad, F.lit(False))
+        values[name] = x
+    return F.coalesce(ok, F.lit(False)), values  # a null anywhere (a missing field) is "not accepted"
+
+
+def _exact(ds: Dataset, vs: Column, value_null: Column, key: Column) -> tuple[Column, dict[str, Column]]:
+    """The exact rules: (reason or null, typed value per field), from the value's VARIANT.
+
+    Used for the records the fast path does not accept (malformed ones, tombstones, odd but
+    valid JSON): it names the first rule a record breaks.
+    """
+    v = F.try_parse_json(vs)
+    checks: list[Column] = []
+    if ds.kind == "events":
+        checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
+    else:
+        checks.append(F.when(value_null & key.isNull(), _reason("null_key", "tombstone without a key")))
+    checks.append(F.when(~value_null & v.isNull(), _reason("bad_json", "value is not valid JSON")))
+    checks.append(F.when(~value_null & ~vs.rlike(r"^\s*\{"), _reason("not_an_object", "value is not a JSON object")))
+    values: dict[str, Column] = {}
+    for name, spec in ds.fields.items():
+        path = f"$.{name}"
+        t = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        s = None
+        if spec.type == "timestamp":
+            s = F.try_variant_get(v, path, "string")
+            x = s.try_cast("timestamp")
+        else:
+            x = F.try_variant_get(v, path, _SQL_TYPE[spec.type])
+        values[name] = x
+        checks.extend(F.when(~value_null, c) for c in _field_checks(name, spec, t, x, s))
+    if ds.kind == "changelog":
+        k = values[ds.key].cast("string")
+        checks.append(F.when(~value_null & (key.isNull() | (key != k)), _reason(
+            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(key, F.lit("null")),
+                                     F.lit(f" differs from field {ds.key!r} = "), F.coalesce(k, F.lit("null"))))))
+    return F.coalesce(*checks), values
+
+
+def validate(raw: DataFrame, ds: Dataset, *, fast_path: bool = True) -> DataFrame:
+    """Kafka source rows → provenance, raw key/value, ``_reason`` struct, typed fields.
 
     ``raw`` has the Kafka source columns (key, value, topic, partition, offset,
     timestamp). For changelog datasets a null value is a tombstone (``_deleted``) and
     the record key must equal the value's key field.
+
+    Two paths, one answer: a fast ``from_json`` pass accepts the well-formed records; only
+    the records it does not accept are checked by the exact VARIANT-based rules (inside a
+    CASE, so well-formed records never pay for them). The fast path accepts nothing the
+    exact rules reject, so the outcome is the exact rules' for every record
+    (``fast_path=False`` skips it: the tests compare both). Duplicate keys in an object:
+    the last one wins on both paths (``spark.sql.variant.allowDuplicateKeys``, set by
+    ``spark_jobs.session``).
     """
     base = raw.select(
         F.col("topic").alias("_topic"),
@@ -97,44 +168,44 @@ def validate(raw: DataFrame, ds: Dataset) -> DataFrame:
         F.col("timestamp").alias("_kafka_timestamp"),
         "key", "value",
         F.col("key").cast("string").alias("_key"),
-        F.try_parse_json(F.col("value").cast("string")).alias("_v"),
-        F.col("value").cast("string").rlike(r"^\s*\{").alias("_is_object"),
+        F.col("value").cast("string").alias("_vs"),
     )
-    cols: list[Column] = []
-    for name, spec in ds.fields.items():
-        path = f"$.{name}"
-        cols.append(F.schema_of_variant(F.variant_get("_v", path, "variant")).alias(f"_t_{name}"))
-        if spec.type == "timestamp":
-            s = F.try_variant_get("_v", path, "string")
-            cols.append(s.alias(f"_s_{name}"))
-            cols.append(F.expr(f"try_cast(try_variant_get(_v, '{path}', 'string') AS TIMESTAMP)").alias(f"_x_{name}"))
-        else:
-            cols.append(F.try_variant_get("_v", path, _SQL_TYPE[spec.type]).alias(f"_x_{name}"))
-    typed = base.select("*", *cols)
-
-    value_null = F.col("value").isNull()
-    checks: list[Column] = []
-    if ds.kind == "events":
-        checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
-    else:
-        checks.append(F.when(value_null & F.col("_key").isNull(), _reason("null_key", "tombstone without a key")))
-    checks.append(F.when(~value_null & F.col("_v").isNull(), _reason("bad_json", "value is not valid JSON")))
-    checks.append(F.when(~value_null & ~F.col("_is_object"), _reason("not_an_object", "value is not a JSON object")))
-    for name, spec in ds.fields.items():
-        checks.extend(F.when(~value_null, c) for c in _field_checks(name, spec))
-    if ds.kind == "changelog":
-        x = F.col(f"_x_{ds.key}").cast("string")
-        checks.append(F.when(~value_null & (F.col("_key").isNull() | (F.col("_key") != x)), _reason(
-            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(F.col("_key"), F.lit("null")),
-                                     F.lit(f" differs from field {ds.key!r} = "), F.coalesce(x, F.lit("null"))))))
-    reason = F.coalesce(*checks)
-    fields = [F.col(f"_x_{n}").alias(n) for n in ds.fields]
+    vs, key, value_null = F.col("_vs"), F.col("_key"), F.col("value").isNull()
+    fast_ok, fast = _fast(ds, vs)
+    if not fast_path:
+        fast_ok = F.lit(False)
+    elif ds.kind == "changelog":
+        fast_ok = fast_ok & F.coalesce(key == fast[ds.key].cast("string"), F.lit(False))
+    reason, exact = _exact(ds, vs, value_null, key)
+    # The fast path is computed once, in this projection. Its non-deterministic column stops
+    # Spark from pushing the layers' filters on ``_reason`` below it, which would inline (and
+    # so run) the JSON parse once for the filter and again for the projection.
+    checked = base.select("*", fast_ok.alias("_fast_ok"), *[x.alias(f"_f_{n}") for n, x in fast.items()],
+                          F.rand(0).alias("_barrier"))
+    ok = F.col("_fast_ok")
+    fields = [F.when(ok, F.col(f"_f_{n}")).otherwise(exact[n]).alias(n) for n in ds.fields]
     if ds.kind == "changelog":
         # A tombstone's value is null: its key field comes from the record key.
-        fields = [F.coalesce(F.col(f"_x_{n}").cast("string"), F.col("_key")).alias(n) if n == ds.key
-                  else F.col(f"_x_{n}").alias(n) for n in ds.fields]
+        fields = [F.when(ok, F.col(f"_f_{n}")).otherwise(F.coalesce(exact[n].cast("string"), key)).alias(n)
+                  if n == ds.key else f for n, f in zip(ds.fields, fields)]
         fields.append(value_null.alias("_deleted"))
-    return typed.select(*PROVENANCE, "key", "value", reason.alias("_reason"), *fields)
+    return checked.select(*PROVENANCE, "key", "value", F.when(~ok, reason).alias("_reason"), *fields)
+
+
+def counted(validated: DataFrame, partitions: list[int] | None = None) -> tuple[DataFrame, Observation]:
+    """``validated`` with its rows counted as a write reads them (no extra pass).
+
+    After the first action on the returned frame (or one derived from it), the
+    observation's ``get`` holds ``records`` (valid) and ``quarantined``, and per partition
+    in ``partitions`` ``records_<p>`` and ``quarantined_<p>``.
+    """
+    bad = F.col("_reason").isNotNull()
+    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined")]
+    for p in partitions or []:
+        here = F.col("_partition") == p
+        metrics += [F.count_if(here & ~bad).alias(f"records_{p}"), F.count_if(here & bad).alias(f"quarantined_{p}")]
+    obs = Observation("loglake_counts")
+    return validated.observe(obs, *metrics), obs
 
 
 def valid_rows(validated: DataFrame, ds: Dataset) -> DataFrame:

@@ -30,6 +30,9 @@ def spark_conf(config: Config) -> dict[str, str]:
         # Delta rebuilds a table's state with this many tasks; 50 (the default) is pure
         # overhead for loglake's tables on a few cores.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # A JSON object with a repeated key: the last one wins, in from_json and in VARIANT
+        # parsing alike (spark_jobs.parse relies on both agreeing).
+        "spark.sql.variant.allowDuplicateKeys": "true",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log4j_file()}",
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,18 +42,42 @@ def kafka_source_options(config: Config, topic: str) -> dict[str, str]:
 
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
-                  batch_id: int) -> None:
-    """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state."""
-    validated = parse.validate(batch, ds).persist()
+                  batch_id: int) -> dict | None:
+    """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
+
+    Events: one pass reads the batch, validates it and appends the valid rows while
+    counting the quarantined ones; only when there are some does a second pass (which
+    re-reads the batch's offsets; the fast path skips the valid records cheaply) append
+    them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
+    use the valid rows twice (append, MERGE), so they cache them. Returns the counts, or
+    None for a batch replayed after a crash (its valid rows had landed: every write
+    below is skipped or completed by its transaction id).
+    """
+    speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
+    validated = parse.validate(batch, ds)
+    if ds.kind == "changelog":
+        validated = validated.persist()
     try:
         valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
-        delta_io.append_idempotent(valid, config.table_path(ds, "speed"), app_id, batch_id)
-        delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"),
-                                   config.table_path(ds, "quarantine"), app_id, batch_id)
+        landed = delta_io.committed_version(speed_path, app_id)
+        counts = None
+        if landed is not None and landed >= batch_id:
+            # A replay: the append below would be skipped, so nothing would be counted.
+            delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id)
+        else:
+            observed, observation = parse.counted(validated)
+            delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
+                                       app_id, batch_id)
+            counts = observation.get
+            if counts["quarantined"]:
+                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
+                                           batch_id)
         if ds.kind == "changelog":
             delta_io.merge_latest(spark, valid, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
+        return counts
     finally:
-        validated.unpersist()
+        if ds.kind == "changelog":
+            validated.unpersist()
 
 
 def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
@@ -176,7 +201,9 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
                                    progress_file=progress_file)
 
     def stop(signum, frame):
-        query.stop()
+        # Not query.stop() here: the handler runs on the main thread, which is inside a Py4J
+        # call (awaitTermination); a second call on it fails ("reentrant call").
+        threading.Thread(target=query.stop, name="loglake-speed-stop", daemon=True).start()
 
     if not available_now:
         signal.signal(signal.SIGTERM, stop)

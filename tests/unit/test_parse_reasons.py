@@ -101,3 +101,49 @@ def test_generator_labels_agree_with_validation(spark, cfg, name):
     valid, q = run(spark, ds, [v for (k, v), ok in records], [k for (k, v), ok in records])
     assert len(q) == 100 and len(valid) == 300
     assert all((i in valid) == ok for i, (_, ok) in enumerate(records))
+
+
+# Well-formed in odd ways, or malformed in ways the fast path must not let through.
+EDGE = [
+    b'  {"view_id": "0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01", "user_id": 7, "job_id": 42, '
+    b'"viewed_at": "2026-11-23T09:15:00Z", "source": "email", "duration_ms": 1}',  # leading blanks
+    with_(user_id=7, job_id=42).replace(b'"job_id": 42', b'"job_id": 41, "job_id": 42'),  # repeated key
+    with_(job_id=1).replace(b'"job_id": 1', b'"job_id": "x", "job_id": 1'),
+    with_(source="search").replace(b'"search"', b"'search'"),  # single quotes are not JSON
+    with_(duration_ms=1).replace(b'"duration_ms": 1', b'"duration_ms": NaN'),
+    with_(duration_ms=1).replace(b'"duration_ms": 1', b'"duration_ms": 007'),
+    with_(user_id=1) + b" trailing",
+    with_(viewed_at="2026-02-30T00:00:00Z"), with_(viewed_at=""), with_(viewed_at=None),
+    with_(view_id=None), with_(view_id={"a": 1}), with_(view_id=["x"]), with_(view_id=True),
+    with_(user_id=True), with_(user_id=None), with_(user_id=1e3), with_(user_id=2**63),
+    with_(duration_ms=86400000), with_(duration_ms=0),
+    with_(source="Search"), with_(source=""), with_(view_id="0B7E8B8E-2F7C-4A55-9D3E-3A2D5B1C9E01"),
+    with_(source="search\u00e9"), with_(view_id="0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01\n"),
+    b'{"view_id": "0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01"}', b"{}", b"{", b"", b"null", b'"str"', b"[{}]",
+]
+
+
+@pytest.mark.parametrize("name", ["job_views", "company_ceos"])
+def test_fast_path_agrees_with_the_exact_rules(spark, cfg, name):
+    """Every record gets the same reason and the same values with and without the fast path."""
+    ds = cfg.dataset(name)
+    records = [r for r, _ok in generate(ds, 300, bad_fraction=0.5, seed=11)]
+    values = [v for _k, v in records] + (EDGE if name == "job_views" else [
+        b'{"company_id": "c1", "company": "A", "ceo": "B", "since": "2020-01-01T00:00:00Z"}',
+        b'{"company_id": 1, "company": "A", "ceo": "B", "since": "2020-01-01T00:00:00Z"}', None])
+    keys = [k for k, _v in records] + [b"c1"] * (len(values) - len(records))
+    rows = [(keys[i], v, ds.topic, 0, i, None) for i, v in enumerate(values)]
+    raw = spark.createDataFrame(rows, RAW)
+
+    def collect(df):  # as strings: a malformed timestamp may lie beyond Python's datetime range
+        return {r["_offset"]: r.asDict(recursive=True) for r in df.select(
+            "_offset", "_reason", *[df[c].cast("string").alias(c) for c in df.columns if c not in (
+                "_offset", "_reason", "key", "value")]).collect()}
+
+    fast = collect(parse.validate(raw, ds))
+    exact = collect(parse.validate(raw, ds, fast_path=False))
+    assert len(fast) == len(values)
+    diff = {i: (values[i], fast[i], exact[i]) for i in fast if fast[i] != exact[i]}
+    assert not diff
+    assert sum(1 for r in fast.values() if r["_reason"] is None) > 100  # both kinds are in the corpus
+    assert sum(1 for r in fast.values() if r["_reason"] is not None) > 100
