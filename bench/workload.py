@@ -61,7 +61,7 @@ def pool(record_bytes: int, size: int = 2000, seed: int = 7) -> list[tuple[bytes
         base = len(json.dumps(value)) + len(', "note": ""')
         if record_bytes > base:
             letters = "abcdefghijklmnopqrstuvwxyz "
-            value["note"] = "".join(rng.choice(letters) for _ in range(record_bytes - base))
+            value["note"] = "".join(rng.choices(letters, k=record_bytes - base))
         if i % BAD_EVERY == BAD_EVERY - 1:
             value["user_id"] = str(user)  # wrong type: quarantined by every consumer
         out.append((str(user).encode(), json.dumps(value).encode()))

@@ -102,7 +102,8 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         return {**summary, "seconds": 0.0, "records_per_second": None}
     check_retained(config, ranges)
 
-    validated = parse.validate(read_ranges(spark, config, ranges), ds)
+    raw = read_ranges(spark, config, ranges)
+    validated = parse.validate(raw, ds)
     batch_path = config.table_path(ds, "batch")
     quarantine_path = config.table_path(ds, "quarantine")
     if ds.kind == "changelog":
@@ -121,7 +122,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             validated.unpersist()
     else:
         # One pass reads, validates and writes the valid rows, counting the rest; the
-        # quarantine is rewritten by a second pass only when the range has bad records.
+        # quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
         predicate = range_predicate(ranges)
         observed, observation = parse.counted(validated, sorted({r.partition for r in ranges}))
         _replace(parse.apply_transform(parse.valid_rows(observed, ds), ds), batch_path, predicate)
@@ -130,7 +131,8 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
                   for r in ranges for bad in (False, True)}
         where = f"_layer = 'batch' AND ({predicate})"
         if n["quarantined"]:
-            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path, where)
+            bad = parse.validate(parse.only_offsets(raw, n["bad"]), ds)
+            _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
         elif delta_io.table_exists(spark, quarantine_path):
             DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
 

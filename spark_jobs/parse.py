@@ -177,11 +177,7 @@ def validate(raw: DataFrame, ds: Dataset, *, fast_path: bool = True) -> DataFram
     elif ds.kind == "changelog":
         fast_ok = fast_ok & F.coalesce(key == fast[ds.key].cast("string"), F.lit(False))
     reason, exact = _exact(ds, vs, value_null, key)
-    # The fast path is computed once, in this projection. Its non-deterministic column stops
-    # Spark from pushing the layers' filters on ``_reason`` below it, which would inline (and
-    # so run) the JSON parse once for the filter and again for the projection.
-    checked = base.select("*", fast_ok.alias("_fast_ok"), *[x.alias(f"_f_{n}") for n, x in fast.items()],
-                          F.rand(0).alias("_barrier"))
+    checked = base.select("*", fast_ok.alias("_fast_ok"), *[x.alias(f"_f_{n}") for n, x in fast.items()])
     ok = F.col("_fast_ok")
     fields = [F.when(ok, F.col(f"_f_{n}")).otherwise(exact[n]).alias(n) for n in ds.fields]
     if ds.kind == "changelog":
@@ -196,16 +192,30 @@ def counted(validated: DataFrame, partitions: list[int] | None = None) -> tuple[
     """``validated`` with its rows counted as a write reads them (no extra pass).
 
     After the first action on the returned frame (or one derived from it), the
-    observation's ``get`` holds ``records`` (valid) and ``quarantined``, and per partition
-    in ``partitions`` ``records_<p>`` and ``quarantined_<p>``.
+    observation's ``get`` holds ``records`` (valid), ``quarantined``, ``bad`` (the
+    (partition, offset) of each quarantined record, for ``only_offsets``) and, per
+    partition in ``partitions``, ``records_<p>`` and ``quarantined_<p>``.
     """
     bad = F.col("_reason").isNotNull()
-    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined")]
+    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
+               # "p:o,p:o,...": a string crosses Py4J in one piece, a list of rows would not.
+               F.concat_ws(",", F.collect_list(F.when(bad, F.concat_ws(":", "_partition", "_offset")))).alias("bad")]
     for p in partitions or []:
         here = F.col("_partition") == p
         metrics += [F.count_if(here & ~bad).alias(f"records_{p}"), F.count_if(here & bad).alias(f"quarantined_{p}")]
     obs = Observation("loglake_counts")
     return validated.observe(obs, *metrics), obs
+
+
+def only_offsets(raw: DataFrame, offsets: str | list) -> DataFrame:
+    """The Kafka rows of ``raw`` at the given (partition, offset) pairs (or ``counted``'s
+    "p:o,..." string): a second pass over a
+    range then parses only those (typically the few quarantined ones), not every record."""
+    pairs = [pair.split(":") for pair in offsets.split(",")] if isinstance(offsets, str) else offsets
+    wanted = raw.sparkSession.createDataFrame([(int(p), int(o)) for p, o in pairs], "partition int, offset long")
+    # Materialised (only those rows): otherwise Spark pushes the caller's filter on
+    # ``_reason`` below the join, and that filter would parse every record of the range.
+    return raw.join(F.broadcast(wanted), ["partition", "offset"], "left_semi").localCheckpoint(eager=True)
 
 
 def valid_rows(validated: DataFrame, ds: Dataset) -> DataFrame:

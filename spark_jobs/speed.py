@@ -47,8 +47,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
 
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones; only when there are some does a second pass (which
-    re-reads the batch's offsets; the fast path skips the valid records cheaply) append
-    them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
+    re-reads the batch but validates only the quarantined offsets the first one noted)
+    append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. Returns the counts, or
     None for a batch replayed after a crash (its valid rows had landed: every write
     below is skipped or completed by its transaction id).
@@ -70,11 +70,11 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                                        app_id, batch_id)
             counts = observation.get
             if counts["quarantined"]:
-                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
-                                           batch_id)
+                bad = parse.validate(parse.only_offsets(batch, counts["bad"]), ds)
+                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id)
         if ds.kind == "changelog":
             delta_io.merge_latest(spark, valid, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
-        return counts
+        return counts and {k: v for k, v in counts.items() if k != "bad"}
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -185,6 +185,17 @@ def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
     return fs.exists(path) and len(fs.listStatus(path)) > 0
 
 
+def batch_records(progress: dict, topic: str) -> int:
+    """Records of a micro-batch, from its offset range (``numInputRows`` counts a record
+    once per pass over it, and a batch with quarantined records makes a second pass)."""
+    total = 0
+    for source in progress.get("sources", []):
+        start = parse_spark_offsets(source.get("startOffset") or "{}").get(topic, {})
+        end = parse_spark_offsets(source.get("endOffset") or "{}").get(topic, {})
+        total += sum(e - start.get(p, 0) for p, e in end.items())
+    return total
+
+
 def _summary(last: dict | None) -> dict:
     """Records and processing time of the batches this run made (JVM start excluded)."""
     batches = (last or {}).get("_batches", {})
@@ -218,11 +229,12 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     # Listener events are asynchronous: make sure the final position is recorded.
     last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
     recorder.record(last_json)
-    batches = {}  # batch id → (input rows, trigger ms), from the query's own record
+    batches = {}  # batch id → (records, trigger ms), from the query's own record
     for p in query.recentProgress:
         p = json.loads(p.json) if hasattr(p, "json") else p
-        if p.get("numInputRows"):
-            batches[p["batchId"]] = (p["numInputRows"], p.get("durationMs", {}).get("triggerExecution", 0))
+        records = batch_records(p, topic or ds.topic)
+        if records:
+            batches[p["batchId"]] = (records, p.get("durationMs", {}).get("triggerExecution", 0))
     return {**json.loads(last_json), "_batches": batches}
 
 

@@ -1,0 +1,180 @@
+"""P1, P2 and the scaling curve: the speed layer's sustained records/s beside its references.
+
+All on the benchmark dataset (``bench/workload.py``: job_views' typed fields padded to a
+record size, 1 in 1,000 records malformed), all on the same topic per configuration:
+
+- the speed layer: ``spark_jobs.speed.run_speed`` (available-now, the run's shared
+  in-process Spark session, a fresh checkpoint and fresh tables each run). Steady state =
+  the micro-batches after the first (the first pays query start and code generation);
+  records/s = their records ÷ their trigger time. The session's start and the first
+  micro-batch are reported separately.
+- P1's reference: a bare confluent-kafka consumer reading the same topic (``bench.pyloop.bare``).
+- P2's reference: the plain Python loop a user might write (``bench.pyloop.run``):
+  confluent-kafka → json → the same checks → Arrow → delta-rs append, same flush size.
+  CPU-seconds per million records: the loop's process CPU; the speed layer's JVM + driver
+  CPU over its whole run (first micro-batch included, so it is an upper bound).
+- Scaling: the speed layer's steady records/s at 1, 2, 4, 8 partitions (1 KB records) and
+  at 100 B, 1 KB, 10 KB records (6 partitions).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from bench import pyloop, workload
+from bench.harness import Harness, median, result
+
+KB = 1024
+P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000
+SIZES = {100: 1_500_000, KB: P1_RECORDS, 10 * KB: 90_000}
+PARTITIONS = [1, 2, 4, 8]
+PARTITION_RECORDS = 450_000     # 1 KB records per partition-count configuration
+BATCHES = 3                     # micro-batches per run: the first is start-up, the rest steady state
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Topic:
+    """A topic of the benchmark dataset filled once, read by every run of a configuration."""
+
+    def __init__(self, h: Harness, partitions: int, record_bytes: int, records: int):
+        from loglake.kafka_admin import ensure_topic
+
+        self.h, self.partitions, self.record_bytes, self.records = h, partitions, record_bytes, records
+        self.suffix = uuid.uuid4().hex[:8]
+        config = self.config("produce")
+        self.ds = config.dataset(workload.DATASET)
+        self.topic = ensure_topic(config, self.ds)
+        self.produce_seconds = workload.produce(h.bootstrap, self.topic, records, record_bytes)
+        h.log(f"topic {self.topic}: {records:,} × {record_bytes} B on {partitions} partitions "
+              f"produced in {self.produce_seconds:.1f}s")
+
+    def config(self, name: str):
+        """A config (own state dir, same topic) with micro-batches of a third of the topic."""
+        per_batch = -(-self.records // BATCHES)
+        return self.h.config(f"speed-{self.suffix}-{name}", topic_suffix=self.suffix,
+                             extra_datasets={workload.DATASET: workload.dataset_file(self.partitions)},
+                             speed={"max_offsets_per_trigger": per_batch})
+
+    def speed_run(self, i: int) -> dict:
+        """One run of the speed layer over the whole topic, from a fresh checkpoint and tables."""
+        from spark_jobs.speed import run_speed
+
+        config = self.config(f"run{i}")
+        ds = config.dataset(workload.DATASET)
+        spark = self.h.spark(config)
+        jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+        cpu0 = _cpu_seconds(jvm) + time.process_time()
+        t0 = time.monotonic()
+        last = run_speed(spark, config, ds, available_now=True)
+        wall = time.monotonic() - t0
+        cpu = _cpu_seconds(jvm) + time.process_time() - cpu0
+        batches = sorted(last["_batches"].items())
+        total = sum(r for _b, (r, _ms) in batches)
+        if total != self.records:
+            raise RuntimeError(f"speed run {i} on {self.topic} covered {total:,} records, expected {self.records:,}")
+        steady = batches[1:]
+        records = sum(r for _b, (r, _ms) in steady)
+        seconds = sum(ms for _b, (_r, ms) in steady) / 1000
+        run = {"records_per_second": round(records / seconds), "steady_records": records,
+               "steady_seconds": round(seconds, 2), "first_batch_seconds": batches[0][1][1] / 1000,
+               "batches": [[b, r, ms] for b, (r, ms) in batches], "wall_seconds": round(wall, 2),
+               "cpu_seconds": round(cpu, 2), "cpu_seconds_per_million": round(cpu / total * 1e6, 1)}
+        self.h.log(f"  speed run {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
+        return run
+
+
+def run(h: Harness, only: set[str] | None = None) -> list[dict]:
+    want = {m for m in ("P1", "P2", "S") if only is None or m in only}
+    if not want:
+        return []
+    scale = 0.2 if h.quick else 1.0
+    n = lambda x: max(30_000, int(x * scale))  # noqa: E731
+    out = []
+    main = Topic(h, 6, KB, n(P1_RECORDS))
+    session_t0 = time.monotonic()
+    h.spark(main.config("session"))
+    session_seconds = time.monotonic() - session_t0
+    speed_runs = h.repeat(main.speed_run)
+    speed = median([r["records_per_second"] for r in speed_runs])
+    h.speed_capacity = speed  # P3 runs at half of it
+    startup = {"spark_session_start_seconds": round(session_seconds, 1),
+               "first_micro_batch_seconds": median([r["first_batch_seconds"] for r in speed_runs])}
+
+    if "P1" in want:
+        bare = h.repeat(lambda i: pyloop.bare(h.bootstrap, main.topic, main.records))
+        bare_rps = median([b["records_per_second"] for b in bare])
+        ratio = speed / bare_rps
+        m = result("P1", "speed-layer efficiency (speed ÷ bare consumer)", round(ratio, 3), "ratio", goal=">= 0.5",
+                   met=ratio >= 0.5, reference={"bare consumer records/s": bare_rps},
+                   runs=[{"speed": s, "bare": b} for s, b in zip(speed_runs, bare)],
+                   detail={"speed_records_per_second": speed, "bare_records_per_second": bare_rps,
+                           "records": main.records, "record_bytes": KB, "partitions": 6,
+                           "max_offsets_per_trigger": -(-main.records // BATCHES), **startup},
+                   chart={"kind": "bar", "labels": ["bare confluent-kafka consumer", "loglake speed layer"],
+                          "values": [bare_rps, speed], "ylabel": "records/s (1 KB, 6 partitions)"})
+        m["summary"] = (f"speed {speed:,.0f} rec/s vs bare consumer {bare_rps:,.0f} rec/s; start-up apart: "
+                        f"session {startup['spark_session_start_seconds']}s, first micro-batch "
+                        f"{startup['first_micro_batch_seconds']}s")
+        out.append(m)
+
+    if "P2" in want:
+        flush = -(-main.records // BATCHES)
+        loops = h.repeat(lambda i: pyloop.run(h.bootstrap, main.topic, main.ds, str(h.root / f"pyloop-{i}"),
+                                              main.records, flush))
+        loop_rps = median([r["records_per_second"] for r in loops])
+        ratio = speed / loop_rps
+        speed_cpu = median([r["cpu_seconds_per_million"] for r in speed_runs])
+        loop_cpu = median([r["cpu_seconds_per_million"] for r in loops])
+        m = result("P2", "against the simple alternative (speed ÷ Python loop)", round(ratio, 3), "ratio",
+                   goal=">= 1.0", met=ratio >= 1.0, reference={"Python loop records/s": loop_rps},
+                   runs=[{"speed": s, "loop": l} for s, l in zip(speed_runs, loops)],
+                   detail={"speed_records_per_second": speed, "loop_records_per_second": loop_rps,
+                           "speed_cpu_seconds_per_million": speed_cpu, "loop_cpu_seconds_per_million": loop_cpu,
+                           "flush_records": flush},
+                   chart={"kind": "panels", "panels": [
+                       {"kind": "bar", "labels": ["Python loop", "loglake speed layer"], "values": [loop_rps, speed],
+                        "ylabel": "records/s", "title": "throughput"},
+                       {"kind": "bar", "labels": ["Python loop", "loglake speed layer"],
+                        "values": [loop_cpu, speed_cpu], "ylabel": "CPU-seconds per million records",
+                        "title": "CPU cost (speed: whole run incl. first batch)"}]})
+        m["summary"] = (f"speed {speed:,.0f} vs loop {loop_rps:,.0f} rec/s; CPU-s per million: speed "
+                        f"{speed_cpu}, loop {loop_cpu}")
+        out.append(m)
+
+    if "S" in want:
+        by_size = {KB: speed}
+        runs: dict[str, list] = {"6 partitions, 1024 B": speed_runs}
+        for size, records in SIZES.items():
+            if size == KB:
+                continue
+            t = Topic(h, 6, size, n(records))
+            rs = h.repeat(t.speed_run)
+            runs[f"6 partitions, {size} B"] = rs
+            by_size[size] = median([r["records_per_second"] for r in rs])
+        by_parts = {}
+        for parts in PARTITIONS:
+            t = Topic(h, parts, KB, n(PARTITION_RECORDS))
+            rs = h.repeat(t.speed_run)
+            runs[f"{parts} partitions, 1024 B"] = rs
+            by_parts[parts] = median([r["records_per_second"] for r in rs])
+        sizes = sorted(by_size)
+        m = result("S", "scaling of the speed layer", by_parts[max(PARTITIONS)], "records/s",
+                   runs=[{"config": k, "runs": v} for k, v in runs.items()],
+                   detail={"records_per_second_by_partitions": by_parts, "records_per_second_by_record_bytes": by_size},
+                   chart={"kind": "panels", "panels": [
+                       {"kind": "lines", "x": PARTITIONS, "series": {"1 KB records": [by_parts[p] for p in PARTITIONS]},
+                        "xlabel": "partitions", "ylabel": "records/s (steady state)", "title": "by partitions"},
+                       {"kind": "lines", "x": sizes, "series": {"6 partitions": [by_size[s] for s in sizes]},
+                        "xlabel": "record size (bytes)", "ylabel": "records/s (steady state)", "logx": True,
+                        "xticklabels": ["100 B", "1 KB", "10 KB"], "title": "by record size"}]})
+        m["summary"] = ("partitions " + ", ".join(f"{p}: {v:,.0f}" for p, v in by_parts.items()) +
+                        " rec/s; sizes " + ", ".join(f"{s} B: {v:,.0f}" for s, v in by_size.items()) + " rec/s")
+        out.append(m)
+    return out
