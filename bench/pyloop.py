@@ -77,7 +77,8 @@ def run(bootstrap: str, topic: str, ds, out_dir: str, expected: int, flush: int)
             write_deltalake(f"{out_dir}/valid", pa.table(cols), mode="append")
         if bad["_offset"]:
             write_deltalake(f"{out_dir}/quarantine", pa.table(bad), mode="append")
-        consumer.commit(asynchronous=False)
+        if cols["_offset"] or bad["_offset"]:
+            consumer.commit(asynchronous=False)
         cols = {k: [] for k in cols}
         bad = {k: [] for k in bad}
         flushes += 1

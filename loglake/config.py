@@ -104,6 +104,11 @@ class Tables(_Strict):
         return v
 
 
+def expectation_label(expectation: str, column: str | None) -> str:
+    """``expect_x(column)``, or the bare name for a table-level expectation."""
+    return f"{expectation}({column})" if column else expectation
+
+
 class Expectation(_Strict):
     """One quality expectation: a Great Expectations 1.x expectation and how much it matters.
 
@@ -133,7 +138,7 @@ class Expectation(_Strict):
 
     @property
     def label(self) -> str:
-        return f"{self.expectation}({self.column})" if self.column else self.expectation
+        return expectation_label(self.expectation, self.column)
 
 
 def check_vacuum_retention(hours: float, allow_short: bool) -> None:

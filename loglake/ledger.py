@@ -36,8 +36,12 @@ def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
 
 def watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = None) -> dict[int, int]:
     """Per partition, the batch watermark W_p (absent where batch has not covered the
-    partition from its earliest retained offset). ``earliest`` is read from Kafka unless given."""
+    partition from its earliest retained offset). ``earliest`` is read from Kafka unless given,
+    and not at all when the ledger holds no rows of the dataset (then there are none)."""
+    rows = ledger_rows(config, ds)
+    if not rows:
+        return {}
     if earliest is None:
         from loglake.kafka_admin import watermarks as log_state
         earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}
-    return compute_watermarks(ledger_rows(config, ds), earliest)
+    return compute_watermarks(rows, earliest)

@@ -53,14 +53,6 @@ def datasets_with_tables(config: Config, names: list[str] | None = None) -> list
     return [ds for ds in chosen if existing_tables(config, ds)]
 
 
-def batch_watermarks(config: Config, ds: Dataset) -> dict[int, int]:
-    """The batch watermarks W_p, below which maintenance expires speed rows (Kafka is not
-    asked when the ledger has no rows for the dataset: then there are none)."""
-    from loglake.ledger import ledger_rows, watermarks
-
-    return watermarks(config, ds) if ledger_rows(config, ds) else {}
-
-
 def snapshot(path: str) -> Snapshot:
     """Version, file count and bytes of the table's current snapshot, from its Delta log."""
     import pyarrow as pa

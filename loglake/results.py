@@ -24,7 +24,7 @@ attempts, seconds, run_id, started_at.
 
 from __future__ import annotations
 
-from loglake.config import Config, Dataset
+from loglake.config import Config, Dataset, expectation_label
 
 QUALITY_RESULTS = "_quality_results"
 AUDIT_RESULTS = "_audit_results"
@@ -60,10 +60,8 @@ def last_quality(config: Config, ds: Dataset) -> dict | None:
         "validated_at": max(r["validated_at"] for r in rows),
         "published": bool(rows[0]["published"]),
         "expectations": len(rows),
-        "failed": [f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
-                   for r in failed if r["severity"] == "fail"],
-        "warned": [f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
-                   for r in failed if r["severity"] == "warn"],
+        "failed": [expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "fail"],
+        "warned": [expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "warn"],
     }
 
 

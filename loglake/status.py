@@ -123,15 +123,15 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
     """Delta version and file count of each of the dataset's tables (delta-rs, no JVM)."""
-    from loglake.tables import open_table
+    from loglake.maintenance import dataset_tables, snapshot
 
-    layers = ["speed", "batch", "quarantine"] + (["latest"] if ds.kind == "changelog" else [])
     out = []
-    for layer in layers:
-        path = config.table_path(ds, layer)
-        t = open_table(path)
-        out.append(TableStatus(layer, getattr(ds.tables, layer), path, None if t is None else t.version(),
-                               None if t is None else len(t.file_uris())))
+    for t in dataset_tables(config, ds):
+        try:
+            snap = snapshot(t.path)
+        except FileNotFoundError:  # not created yet
+            snap = None
+        out.append(TableStatus(t.layer, t.name, t.path, snap and snap.version, snap and snap.files))
     return out
 
 

@@ -33,8 +33,9 @@ def _count(table) -> int:
 
 def table_counts(config: Config, ds: Dataset) -> dict[str, int]:
     """Row count of each of the dataset's tables (0 for tables not created yet)."""
-    layers = ["speed", "quarantine", "batch"] + (["latest"] if ds.kind == "changelog" else [])
-    return {layer: _count(open_table(config.table_path(ds, layer))) for layer in layers}
+    from loglake.maintenance import dataset_tables
+
+    return {t.layer: _count(open_table(t.path)) for t in dataset_tables(config, ds)}
 
 
 def table_summary(config: Config, ds: Dataset) -> list[str]:

@@ -30,7 +30,8 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
-from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, batch_watermarks, dataset_tables, snapshot
+from loglake.ledger import watermarks as batch_watermarks
+from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, dataset_tables, snapshot
 from loglake.results import MAINTENANCE_LOG
 from spark_jobs import delta_io
 from spark_jobs.session import job_context, job_parser, run_main

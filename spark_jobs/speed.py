@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.config import Config, Dataset
 from loglake.kafka_admin import commit_group_offsets, list_topics
-from loglake.maintenance import batch_watermarks
+from loglake.ledger import watermarks as batch_watermarks
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from spark_jobs import delta_io, parse
 from spark_jobs.session import job_context, job_parser
