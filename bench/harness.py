@@ -49,7 +49,8 @@ class Harness:
         from loglake.sandbox import write_conf
 
         base = self.root / name
-        conf_kwargs.setdefault("spark", {"driver_memory": "4g"})
+        # No console progress bars: they would bury the bench's own log lines.
+        conf_kwargs.setdefault("spark", {"driver_memory": "4g", "conf": {"spark.ui.showConsoleProgress": "false"}})
         return load_config(write_conf(base, self.bootstrap, **conf_kwargs), home=base / "state")
 
     def spark(self, config):

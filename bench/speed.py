@@ -28,9 +28,9 @@ from bench.harness import Harness, median, result
 
 KB = 1024
 P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000
-SIZES = {100: 1_500_000, KB: P1_RECORDS, 10 * KB: 90_000}
+SIZES = {100: 1_200_000, KB: P1_RECORDS, 10 * KB: 60_000}
 PARTITIONS = [1, 2, 4, 8]
-PARTITION_RECORDS = 450_000     # 1 KB records per partition-count configuration
+PARTITION_RECORDS = 300_000     # 1 KB records per partition-count configuration
 BATCHES = 3                     # micro-batches per run: the first is start-up, the rest steady state
 
 
