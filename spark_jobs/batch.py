@@ -135,6 +135,8 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
         elif delta_io.table_exists(spark, quarantine_path):
             DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
+        else:
+            delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
 
     append_ledger(spark, config, [
         {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,

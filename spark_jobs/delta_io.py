@@ -79,6 +79,11 @@ def committed_version(path: str, app_id: str) -> int | None:
     return None if table is None else table.transaction_version(app_id)
 
 
+def create_if_missing(df: DataFrame, path: str) -> None:
+    """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists."""
+    df.limit(0).write.format("delta").mode("ignore").save(path)
+
+
 def append_idempotent(df: DataFrame, path: str, app_id: str, version: int) -> None:
     """Append ``df`` to the Delta table at ``path`` unless (app_id, version) already landed."""
     (df.write.format("delta").mode("append")
@@ -116,7 +121,7 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
 
     state_cols = [c for c in changes.columns if c != "_deleted"]
     if not table_exists(spark, path):
-        changes.select(*state_cols).limit(0).write.format("delta").mode("ignore").save(path)
+        create_if_missing(changes.select(*state_cols), path)
     newest = latest_per_key(changes, key)
     newer = "s._partition <> t._partition OR s._offset > t._offset"
 

@@ -251,6 +251,13 @@ def quarantine_rows(validated: DataFrame, layer: str) -> DataFrame:
         F.col("_reason.code").alias("reason_code"), F.col("_reason.message").alias("reason"))
 
 
+def empty_quarantine(spark, ds: Dataset, layer: str) -> DataFrame:
+    """No rows, the quarantine table's schema (to create the table before its first row)."""
+    raw = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "
+                                    "timestamp timestamp")
+    return quarantine_rows(validate(raw, ds), layer)
+
+
 def apply_transform(valid: DataFrame, ds: Dataset) -> DataFrame:
     """Apply the dataset's transform; it must keep the provenance columns."""
     out = ds.load_transform()(valid)
