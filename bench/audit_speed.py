@@ -18,28 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from loglake import paths
-
-
-def write_conf(root: Path, bootstrap: str) -> Path:
-    conf = root / "conf"
-    (conf / "datasets").mkdir(parents=True)
-    profile = {"kafka": {"bootstrap_servers": bootstrap, "embedded": False},
-               "spark": {"master": "local[2]", "driver_memory": "2g",
-                         "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}}}
-    (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "bench", "profiles": {"bench": profile}}))
-    shutil.copy(paths.REPO_ROOT / "conf" / "datasets" / "job_views.yaml", conf / "datasets" / "job_views.yaml")
-    return conf
+from loglake.sandbox import write_conf
 
 
 def build_tables(config, ds) -> dict:
     """Speed over the whole log, batch over the first half of each partition; timings."""
-    from loglake.kafka_admin import watermarks
+    from loglake.kafka_admin import log_bounds
     from loglake.offsets import OffsetRange
     from loglake.planning import Plan
-    from spark_jobs.quality import recompute_and_publish
+    from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.session import get_spark
     from spark_jobs.speed import run_speed
 
@@ -49,7 +36,7 @@ def build_tables(config, ds) -> dict:
         run_speed(spark, config, ds, available_now=True)
         t1 = time.monotonic()
         half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, lo + (hi - lo) // 2)
-                                   for p, (lo, hi) in watermarks(config, ds.topic).items()))
+                                   for p, (lo, hi) in log_bounds(config, ds.topic).items()))
         recompute_and_publish(spark, config, ds, half, "bench-half")
         t2 = time.monotonic()
     finally:
@@ -79,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             kafka = EmbeddedKafka(root / "kafka-home", port=free_port(), controller_port=free_port())
             kafka.start()
             bootstrap = kafka.bootstrap
-        config = load_config(write_conf(root, bootstrap), home=root / "state")
+        config = load_config(write_conf(root, bootstrap, spark={"driver_memory": "2g"}), home=root / "state")
         ds = config.dataset("job_views")
         produced = produce(config, ds, args.count, bad_fraction=0.01, seed=1)
         print(f"produced {produced.records:,} records in {produced.seconds:.1f}s")

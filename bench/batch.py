@@ -15,7 +15,7 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    the same range again replaces it again (the batch layer is repeatable), so every run is
    a real re-run on the same tables.
 3. Reference: Spark's bare read-and-count of the same range in the same session —
-   ``spark_jobs.batch.read_ranges`` (the batch layer's own Kafka options: assign, exact
+   ``spark_jobs.kafka_source.read_ranges`` (the batch layer's own Kafka options: assign, exact
    starting/ending offsets) then ``.count()``.
 4. One warm-up of each on the first ``WARMUP_RECORDS`` (not counted: JVM start, code
    generation, JIT, the tables' first commit; a full-range warm-up would cost another full
@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 from bench import workload
-from bench.harness import Harness, median, result
+from bench.harness import Harness, cpu_seconds, jvm_pid, median, result
 
 RECORDS = 5_000_000
 QUICK_RECORDS = 300_000
@@ -93,20 +93,11 @@ _FRAME = re.compile(r"^\s{4}([^\s(]+)\(", re.M)
 _THREAD = re.compile(r'sampledThread = "([^"]*)"')
 
 
-def _jvm_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 when /proc is unavailable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def _timed(pid: int, fn):
     """(fn(), wall seconds, JVM CPU seconds)."""
-    c0, t0 = _jvm_cpu(pid), time.perf_counter()
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
     out = fn()
-    return out, time.perf_counter() - t0, _jvm_cpu(pid) - c0
+    return out, time.perf_counter() - t0, cpu_seconds(pid) - c0
 
 
 def _stage_ids(spark) -> set[int]:
@@ -180,7 +171,7 @@ def summarise_profile(text: str, top: int = 10) -> dict:
 def _profiled(spark, fn, path: Path, h: Harness) -> tuple[object, dict]:
     """Run ``fn`` under JFR (execution samples only, ``JFC``) in the Spark JVM; its result and
     the summary (or ``{"error": ...}`` when JFR is unavailable)."""
-    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
     jcmd, jfr = shutil.which("jcmd"), shutil.which("jfr")
     if not (jcmd and jfr):
         return fn(), {"error": "jcmd/jfr not on PATH"}
@@ -211,12 +202,14 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         return []
     from pyspark.sql import functions as F
 
-    from loglake.kafka_admin import ensure_topic, watermarks
+    from loglake.kafka_admin import ensure_topic, log_bounds
     from loglake.ledger import ledger_rows
-    from loglake.maintenance import snapshot
+    from loglake.tables import snapshot
     from loglake.offsets import OffsetRange
     from loglake.planning import Plan
-    from spark_jobs.batch import range_predicate, read_ranges, run_batch
+    from spark_jobs.batch import run_batch
+    from spark_jobs.kafka_source import read_ranges
+    from spark_jobs.predicates import range_predicate
 
     started = time.monotonic()
     count = int(os.environ.get("LOGLAKE_BENCH_P4_RECORDS") or (QUICK_RECORDS if h.quick else RECORDS))
@@ -229,7 +222,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     budget = float(raw_budget) if raw_budget else BUDGET_S
 
     def whole_log() -> list:
-        return [OffsetRange(topic, p, lo, hi) for p, (lo, hi) in sorted(watermarks(config, topic).items())]
+        return [OffsetRange(topic, p, lo, hi) for p, (lo, hi) in sorted(log_bounds(config, topic).items())]
 
     # -- the warm-up slice first: the head of every partition ---------------------------------
     warm_n = min(WARMUP_RECORDS, count // 10 if h.quick else count)
@@ -239,7 +232,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     warm_plan = Plan(ds.name, tuple(whole_log()), "backfill", ("P4 benchmark: warm-up slice",))
 
     spark = h.spark(config)
-    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    pid = jvm_pid(spark)
 
     def bare(rs) -> int:
         return read_ranges(spark, config, list(rs)).count()
@@ -343,7 +336,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         "plan": plan.to_json(),
         "bare_read_count": {"records_per_s": bare_rps, "seconds_median": median([r["seconds"] for r in bare_runs]),
                             "warmup_seconds": round(warm_bare_s, 1),
-                            "what": "spark_jobs.batch.read_ranges(same ranges).count(), same session"},
+                            "what": "spark_jobs.kafka_source.read_ranges(same ranges).count(), same session"},
         "recompute": {"records_per_s": batch_rps, "seconds_median": median([r["seconds"] for r in batch_runs]),
                       "warmup_seconds": round(warm_s, 1), "records": last["records"],
                       "quarantined": last["quarantined"],

@@ -75,11 +75,12 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     if only is not None and "P6" not in only:
         return []
     from loglake.kafka_admin import end_offsets
-    from loglake.maintenance import TableRef, snapshot
+    from loglake.tables import TableRef, snapshot
     from loglake.offsets import parse_spark_offsets, spark_offsets_json
     from loglake.produce import produce
     from spark_jobs.maintenance import optimize
-    from spark_jobs.speed import kafka_source_options, process_batch, run_speed
+    from spark_jobs.kafka_source import source_options
+    from spark_jobs.speed import process_batch, run_speed
 
     started = time.monotonic()
     budget = _write_budget()
@@ -131,7 +132,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         h.log(f"P6: the real stream would need ~{projected:.0f}s for {rest} more micro-batches; writing them "
               f"with process_batch on exact offset slices (deadline in "
               f"{(deadline - time.monotonic()) if deadline else float('inf'):.0f}s)")
-        source = kafka_source_options(config, topic)
+        source = source_options(config, topic)
         for i, (lo, hi) in enumerate(_slices(starts, ends, rest)):
             if deadline is not None and time.monotonic() > deadline:
                 complete = False

@@ -82,6 +82,20 @@ class Harness:
         return [fn(i) for i in range(n or self.repeats)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 when /proc cannot tell)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def jvm_pid(spark) -> int:
+    """The process id of a Spark session's driver JVM."""
+    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
 def median(values) -> float:
     return statistics.median(values)
 

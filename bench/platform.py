@@ -102,7 +102,7 @@ class Platform:
         file says when that micro-batch started and how long it took.
         """
         from loglake.airflow_embedded import EmbeddedAirflow
-        from loglake.kafka_admin import dataset_state, watermarks
+        from loglake.kafka_admin import dataset_state, log_bounds
         from loglake.produce import produce
 
         wall0 = datetime.now(timezone.utc)
@@ -128,7 +128,7 @@ class Platform:
                 times["kafka"] = kafka_line
                 for ds in self.config.datasets.values():
                     produce(self.config, ds, 1, seed=int(now * 1000), progress=False)
-                    probe_ends[ds.name] = {p: hi for p, (_lo, hi) in watermarks(self.config, ds.topic).items() if hi}
+                    probe_ends[ds.name] = {p: hi for p, (_lo, hi) in log_bounds(self.config, ds.topic).items() if hi}
             for name, ends in probe_ends.items():
                 if f"speed-{name}" not in times:
                     state = dataset_state(self.config, self.config.dataset(name))

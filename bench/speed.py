@@ -19,12 +19,11 @@ record size, 1 in 1,000 records malformed), all on the same topic per configurat
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
 from bench import pyloop, workload
-from bench.harness import Harness, median, result
+from bench.harness import Harness, cpu_seconds, jvm_pid, median, result
 
 KB = 1024
 P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000
@@ -32,12 +31,6 @@ SIZES = {100: 1_200_000, KB: P1_RECORDS, 10 * KB: 60_000}
 PARTITIONS = [1, 2, 4, 8]
 PARTITION_RECORDS = 300_000     # 1 KB records per partition-count configuration
 BATCHES = 3                     # micro-batches per run: the first is start-up, the rest steady state
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Topic:
@@ -69,12 +62,12 @@ class Topic:
         config = self.config(f"run{i}")
         ds = config.dataset(workload.DATASET)
         spark = self.h.spark(config)
-        jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
-        cpu0 = _cpu_seconds(jvm) + time.process_time()
+        jvm = jvm_pid(spark)
+        cpu0 = cpu_seconds(jvm) + time.process_time()
         t0 = time.monotonic()
         last = run_speed(spark, config, ds, available_now=True)
         wall = time.monotonic() - t0
-        cpu = _cpu_seconds(jvm) + time.process_time() - cpu0
+        cpu = cpu_seconds(jvm) + time.process_time() - cpu0
         batches = sorted(last["_batches"].items())
         total = sum(r for _b, (r, _ms) in batches)
         if total != self.records:

@@ -118,8 +118,16 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_ports[1]),
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}": json.dumps(
             {"conn_type": "spark", "host": config.profile.spark.master}),
+        # The backfill form's dataset list (DAG files may not read conf/ when parsed).
+        "LOGLAKE_DATASETS": ",".join(dataset_names(config)),
     })
     return env
+
+
+def dataset_names(config: Config) -> list[str]:
+    """The datasets the DAGs offer: events datasets first (a range backfill applies to them;
+    the form's default is the first), then changelogs, each sorted by name."""
+    return sorted(config.datasets, key=lambda n: (config.datasets[n].kind != "events", n))
 
 
 def ensure_password(home: Path) -> str:
@@ -201,6 +209,11 @@ class EmbeddedAirflow:
         t0 = time.monotonic()
         procs = self.processes
         fresh = not any(p.pid() for p in procs.values())
+        if not fresh and self._saved().get("datasets", dataset_names(self.config)) != dataset_names(self.config):
+            # A dataset file was added or removed: Airflow's processes carry the list in their
+            # environment (the backfill form), so they start again with the new one.
+            self.stop()
+            procs, fresh = self.processes, True
         saved = self._saved().get("port")
         if not fresh and saved and saved != self.port:
             raise ProcessError(f"Airflow already runs with its api-server on port {saved}, not {self.port}: "
@@ -215,7 +228,8 @@ class EmbeddedAirflow:
         self.migrate()
         env = self.env()
         self._state_file.parent.mkdir(parents=True, exist_ok=True)
-        self._state_file.write_text(json.dumps({"port": self.port, "log_ports": list(self.log_ports)}))
+        self._state_file.write_text(json.dumps({"port": self.port, "log_ports": list(self.log_ports),
+                                                "datasets": dataset_names(self.config)}))
         try:
             for c, proc in procs.items():
                 proc.start([airflow_bin(), c], env=env, cwd=self.home)

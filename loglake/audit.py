@@ -165,14 +165,14 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     """Audit every partition of ``ds``; store one row per partition and layer in
     ``_audit_results`` (unless ``record`` is false) and return the result. ``sample``:
     how many offending offsets to keep per kind. The caller decides whether to fail."""
-    from loglake.kafka_admin import group_offsets, watermarks as log_marks
-    from loglake.ledger import watermarks as batch_watermarks
+    from loglake.kafka_admin import group_offsets, log_bounds
+    from loglake.ledger import batch_watermarks
 
     started = time.monotonic()
     audited_at = datetime.now(timezone.utc)
     run_id = run_id or f"audit-{audited_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     # Commit order: log, then speed position, then watermarks, then tables.
-    marks = log_marks(config, ds.topic)
+    marks = log_bounds(config, ds.topic)
     positions = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
     wms = batch_watermarks(config, ds, {p: lo for p, (lo, _hi) in marks.items()})
     plan = _plan_ranges(marks, positions, wms)
@@ -187,7 +187,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     log = read_log(config, ds.topic, {p: (r["batch"][0], r["speed"][1]) for p, r in plan.items()}, keys=changelog)
     log_seconds = time.monotonic() - log_started
     # Retention may have deleted offsets while we read: check only what is still retained.
-    after = log_marks(config, ds.topic)
+    after = log_bounds(config, ds.topic)
     notes = []
     rows = []
     empty = np.zeros(0, np.int64)
@@ -237,29 +237,21 @@ def _row(ds: Dataset, p: int, layer: str, start: int, end: int, cov: Coverage, n
 
 
 def write_results(config: Config, result: dict, audited_at: datetime) -> None:
-    """Append the audit's rows to ``_audit_results`` (schema in ``loglake.results``)."""
+    """Append the audit's rows to ``_audit_results`` (``loglake.contracts.AUDIT_RESULTS``)."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from loglake.results import AUDIT_RESULTS
+    from loglake.contracts import AUDIT_RESULTS
 
-    schema = pa.schema([
-        ("dataset", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("layer", pa.string()),
-        ("checked_from", pa.int64()), ("checked_to", pa.int64()), ("offsets_checked", pa.int64()),
-        ("missing", pa.int64()), ("duplicated", pa.int64()), ("unexpected", pa.int64()),
-        ("sample_missing", pa.string()), ("sample_duplicated", pa.string()), ("sample_unexpected", pa.string()),
-        ("ok", pa.bool_()), ("run_id", pa.string()), ("audited_at", pa.timestamp("us", tz="UTC")),
-    ])
     rows = [{
-        "dataset": result["dataset"], "topic": result["topic"], "partition": r["partition"], "layer": r["layer"],
-        "checked_from": r["checked_from"], "checked_to": r["checked_to"], "offsets_checked": r["offsets_checked"],
-        "missing": r["missing"], "duplicated": r["duplicated"], "unexpected": r["unexpected"],
+        **{k: r[k] for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked", "missing",
+                             "duplicated", "unexpected", "ok")},
+        "dataset": result["dataset"], "topic": result["topic"], "run_id": result["run_id"], "audited_at": audited_at,
         "sample_missing": r["describe_missing"], "sample_duplicated": r["describe_duplicated"],
-        "sample_unexpected": r["describe_unexpected"], "ok": r["ok"], "run_id": result["run_id"],
-        "audited_at": audited_at,
+        "sample_unexpected": r["describe_unexpected"],
     } for r in result["partitions"]]
     path = config.system_table_path(AUDIT_RESULTS).replace("s3a://", "s3://")
-    write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), mode="append")
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=AUDIT_RESULTS.contract.arrow_schema()), mode="append")
 
 
 def format_audit(result: dict) -> list[str]:

@@ -1,4 +1,11 @@
-"""The ``loglake`` command line."""
+"""The ``loglake`` command line: arguments in, loglake's own words out.
+
+A thin layer: each command parses its arguments, calls the library (``loglake.*``; Spark
+jobs through ``loglake.launch``) and prints the outcome. Spark jobs run with their output
+in a log file under ``<state>/logs/jobs/`` (JVM and Spark warnings stay there); the
+console shows what the job reported. Errors loglake understands end with one line
+``loglake: error: ...`` and exit code 2, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +13,33 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 
 from loglake.config import Config, Dataset, load_config
-from loglake.errors import LoglakeError
+from loglake.errors import JobError, LoglakeError
+from loglake.jobs import JobRequest
 
 
 # --- kafka ----------------------------------------------------------------------------
 
 
-def embedded_kafka(config: Config):
-    from loglake.embedded_kafka import EmbeddedKafka
-
-    return EmbeddedKafka(config.home, port=config.kafka.port)
-
-
 def cmd_kafka(config: Config, args) -> int:
+    from loglake.platform import broker
+
     if args.action in ("start", "stop") and not config.kafka.embedded:
         print(f"profile {config.profile_name!r} uses the external cluster {config.kafka.bootstrap_servers}; "
               "nothing to start or stop")
         return 0
     if args.action == "start":
-        kafka = embedded_kafka(config)
+        kafka = broker(config)
         t0 = time.monotonic()
         was = kafka.is_running()
         kafka.start()
         state = "already running" if was else f"started in {time.monotonic() - t0:.1f}s"
-        print(f"kafka: {state} at {kafka.bootstrap} (data {config.home / 'kafka'}, log {config.home / 'logs' / 'kafka.log'})")
+        print(f"kafka: {state} at {kafka.bootstrap} (data {config.home / 'kafka'}, log {kafka.log_path})")
         return 0
     if args.action == "stop":
-        kafka = embedded_kafka(config)
+        kafka = broker(config)
         running = kafka.is_running()
         kafka.stop()
         print("kafka: stopped" if running else "kafka: not running")
@@ -43,15 +48,15 @@ def cmd_kafka(config: Config, args) -> int:
 
 
 def kafka_status(config: Config) -> int:
-    from loglake.kafka_admin import list_topics, watermarks
+    from loglake.kafka_admin import list_topics, log_bounds
 
     topics = list_topics(config)
     print(f"kafka: {config.kafka.bootstrap_servers} answers; {len(topics)} topic(s)")
     for topic in sorted(topics):
-        marks = watermarks(config, topic)
-        total = sum(hi - lo for lo, hi in marks.values())
-        print(f"  {topic}: {len(marks)} partition(s), {total} retained offset(s)")
-        for p, (lo, hi) in sorted(marks.items()):
+        bounds = log_bounds(config, topic)
+        total = sum(hi - lo for lo, hi in bounds.values())
+        print(f"  {topic}: {len(bounds)} partition(s), {total} retained offset(s)")
+        for p, (lo, hi) in sorted(bounds.items()):
             print(f"    [{p}] earliest {lo}  end {hi}")
     return 0
 
@@ -74,81 +79,45 @@ def cmd_produce(config: Config, args) -> int:
 # --- speed ----------------------------------------------------------------------------
 
 
-def _speed_process(config: Config, ds: Dataset):
-    from loglake.processes import Managed
-
-    return Managed(config.home, f"speed-{ds.name}")
-
-
-def _progress_file(config: Config, ds: Dataset):
-    return config.home / "run" / f"speed-{ds.name}.progress.json"
-
-
-def _targets(config: Config, name: str | None) -> list[Dataset]:
-    return [config.dataset(name)] if name else list(config.datasets.values())
-
-
-def speed_command(config: Config, ds: Dataset, available_now: bool) -> list[str]:
-    from loglake.launch import spark_submit
-
-    args = ["--dataset", ds.name, "--progress-file", str(_progress_file(config, ds))]
-    return spark_submit(config, "speed", args + (["--available-now"] if available_now else []))
-
-
 def cmd_speed(config: Config, args) -> int:
-    from loglake.launch import job_env
-    from loglake.processes import wait_for
+    from loglake import platform
+    from loglake.streams import SpeedStream
 
     if args.action == "run":
         if not args.dataset:
             raise LoglakeError("speed run needs a DATASET")
         ds = config.dataset(args.dataset)
         t0 = time.monotonic()
-        code, summary = run_speed_job(config, ds, args.available_now)
-        if code == 0:
-            print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} "
-                  f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing "
-                  f"({summary.get('records_per_second') or 0:,} records/s), "
-                  f"{time.monotonic() - t0:.1f}s with JVM start")
-            _print_tables(config, ds)
-        return code
+        summary = _succeeded("speed", ds, SpeedStream(config, ds).run_available_now())
+        print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} "
+              f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing "
+              f"({summary.get('records_per_second') or 0:,} records/s), "
+              f"{time.monotonic() - t0:.1f}s with JVM start")
+        _print_tables(config, ds)
+        return 0
     if args.action == "start":
-        for ds in _targets(config, args.dataset):
-            proc = _speed_process(config, ds)
-            if proc.pid():
-                print(f"speed {ds.name}: already running (pid {proc.pid()})")
-                continue
-            _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "loglake.processes", *speed_command(config, ds, False)]
-            pid = proc.start(cmd, env=job_env(config))
-            print(f"speed {ds.name}: started (pid {pid}, log {proc.log_file})")
-        if args.wait:
-            for ds in _targets(config, args.dataset):
-                wait_for(lambda: _progress_file(config, ds).exists(), args.wait, f"speed {ds.name} first batch",
-                         log=_speed_process(config, ds))
+        platform.start_streams(config, args.dataset, args.wait)
         return 0
     if args.action == "stop":
-        for ds in _targets(config, args.dataset):
-            stopped = _speed_process(config, ds).stop()
-            print(f"speed {ds.name}: {'stopped' if stopped else 'not running'}")
+        platform.stop_streams(config, args.dataset)
         return 0
-    return speed_status(config, _targets(config, args.dataset))
+    return speed_status(config, args.dataset)
 
 
-def speed_status(config: Config, datasets: list[Dataset]) -> int:
+def speed_status(config: Config, name: str | None) -> int:
     from loglake.status import dataset_status, format_status
+    from loglake.streams import streams
 
-    for ds in datasets:
-        pid = _speed_process(config, ds).pid()
-        line = f"speed {ds.name}: {'running (pid %d)' % pid if pid else 'stopped'}"
-        pf = _progress_file(config, ds)
-        if pf.exists():
-            prog = json.loads(pf.read_text())
+    for stream in streams(config, name):
+        pid = stream.pid()
+        line = f"speed {stream.ds.name}: {'running (pid %d)' % pid if pid else 'stopped'}"
+        prog = stream.progress()
+        if prog:
             line += (f"; last batch {prog.get('batchId')} at {prog.get('timestamp')}: "
                      f"{prog.get('numInputRows')} rows, {prog.get('processedRowsPerSecond', 0):,.0f} rows/s")
         print(line)
         try:
-            print("\n".join(format_status(ds, dataset_status(config, ds))[1:]))
+            print("\n".join(format_status(stream.ds, dataset_status(config, stream.ds))[1:]))
         except LoglakeError as e:
             print(f"  {e}")
     return 0
@@ -161,29 +130,15 @@ def _print_tables(config: Config, ds: Dataset) -> None:
         print(f"  {line}")
 
 
-# --- demo -----------------------------------------------------------------------------
+def _succeeded(job: str, ds: Dataset, outcome) -> dict:
+    """The summary of a job run that succeeded; a ``JobError`` (with the log's path) otherwise."""
+    if not outcome.ok:
+        raise JobError(job, ds.name, outcome.code, outcome.summary, str(outcome.log))
+    return outcome.summary
 
 
-def run_job(config: Config, cmd: list[str]) -> tuple[int, dict]:
-    """Run a spark-submit command; return its exit code and its JSON summary line."""
-    import subprocess
-
-    from loglake.launch import job_env
-
-    proc = subprocess.run(cmd, env=job_env(config), stdout=subprocess.PIPE, text=True)
-    summary = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            summary = json.loads(line)
-        else:
-            print(line)
-    return proc.returncode, summary
-
-
-def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tuple[int, dict]:
-    """Run the speed job under spark-submit; return its exit code and its summary line."""
-    _progress_file(config, ds).parent.mkdir(parents=True, exist_ok=True)
-    return run_job(config, speed_command(config, ds, available_now))
+def _run_id(kind: str) -> str:
+    return f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{kind}"
 
 
 # --- batch, backfill, query -----------------------------------------------------------
@@ -192,9 +147,8 @@ def run_speed_job(config: Config, ds: Dataset, available_now: bool = True) -> tu
 def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     """Print the plan; unless dry-run, write it (batch job), validate and publish it (quality
     job) as the DAGs do, and print a summary of each."""
-    from datetime import datetime, timezone
-
-    from loglake.launch import spark_submit
+    from loglake.launch import run_job
+    from loglake.status import dataset_status, format_status
 
     print(plan.describe())
     if dry_run:
@@ -203,30 +157,27 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     if plan.empty:
         print(f"{ds.name}: nothing to recompute (the batch layer is at the log end)")
         return 0
-    run_id = f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{plan.kind}"
-    job_args = ["--dataset", ds.name, "--plan", plan.to_json(), "--run-id", run_id]
+    run_id = _run_id(plan.kind)
     t0 = time.monotonic()
-    code, summary = run_job(config, spark_submit(config, "batch", job_args))
-    if code:
-        print(f"{plan.kind} {ds.name}: failed with exit code {code}: {summary.get('error', 'see above')}",
-              file=sys.stderr)
-        return code
+    summary = _succeeded("batch", ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
     rate = summary.get("records_per_second")
     print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
           f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
           f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
-    code = print_quality(ds, *run_job(config, spark_submit(config, "quality", job_args)))
-    from loglake.status import dataset_status, format_status
+    quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
+    code = print_quality(ds, quality)
     print("\n".join(format_status(ds, dataset_status(config, ds))))
     return code
 
 
-def print_quality(ds: Dataset, code: int, summary: dict) -> int:
+def print_quality(ds: Dataset, outcome) -> int:
     """Print the quality job's outcome; its exit code (non-zero: not published)."""
-    if code:
-        print(f"quality {ds.name}: NOT published (the watermark stays): {summary.get('error', f'exit code {code}')}",
+    summary = outcome.summary or {}
+    if not outcome.ok:
+        said = summary.get("error") or f"exit code {outcome.code}"
+        print(f"quality {ds.name}: NOT published (the watermark stays): {said} (log: {outcome.log})",
               file=sys.stderr)
-        return code
+        return outcome.code or 1
     warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected, e.g. offsets "
                        f"{w['sample_offsets']}" for w in summary.get("warned", []))
     print(f"quality {ds.name}: {summary['expectations']} expectation(s) on {summary['rows']} rows passed; "
@@ -284,25 +235,23 @@ def cmd_query(config: Config, args) -> int:
 
 def cmd_maintain(config: Config, args) -> int:
     """Expire, optimize and vacuum each dataset's tables (the maintenance job under spark-submit)."""
-    from datetime import datetime, timezone
-
-    from loglake.launch import spark_submit
+    from loglake.launch import run_job
     from loglake.maintenance import datasets_with_tables, format_log_rows
 
     chosen = datasets_with_tables(config, args.dataset)
     for name in sorted(set(args.dataset or config.datasets) - {ds.name for ds in chosen}):
         print(f"maintain {name}: no table yet; nothing to maintain")
-    run_id = f"cli-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-maintain"
+    run_id = _run_id("maintain")
     failed = 0
     for ds in chosen:
         t0 = time.monotonic()
-        code, summary = run_job(config, spark_submit(config, "maintenance", [
-            "--dataset", ds.name, "--run-id", run_id]))
-        if code:
-            print(f"maintain {ds.name}: failed with exit code {code}"
-                  f"{': ' + summary['error'] if 'error' in summary else ''}", file=sys.stderr)
-            failed = failed or code
+        outcome = run_job(config, JobRequest("maintenance", ds.name, run_id=run_id))
+        if not outcome.ok:
+            print(f"loglake: error: {JobError('maintenance', ds.name, outcome.code, outcome.summary, str(outcome.log))}",
+                  file=sys.stderr)
+            failed = failed or outcome.code or 1
             continue
+        summary = outcome.summary
         print(f"maintain {ds.name}: {summary['tables']} table(s), {summary['rows_expired']} speed row(s) expired, "
               f"VACUUM retention {summary['vacuum_retention_hours']:g} h, {summary['seconds']:.1f}s in Spark; "
               f"{time.monotonic() - t0:.1f}s with JVM start; run {run_id}")

@@ -23,7 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loglake import paths
-from loglake.errors import ConfigError
+from loglake.contracts import PROVENANCE, SystemTable
+from loglake.errors import ConfigError, KeyedValueError
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 LAYERS = ("speed", "batch", "quarantine", "latest")
@@ -33,17 +34,8 @@ _TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
 _EXPECTATION = re.compile(r"^expect_[a-z0-9_]+$")
-PROVENANCE = ("_topic", "_partition", "_offset", "_timestamp")
 MIN_VACUUM_RETENTION_HOURS = 168.0  # Delta's own default guard: 7 days
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
-
-
-class KeyedValueError(ValueError):
-    """A validation error found across fields, naming the key it is about."""
-
-    def __init__(self, key: str, message: str):
-        self.key = key
-        super().__init__(message)
 
 
 class _Strict(BaseModel):
@@ -215,7 +207,7 @@ class Dataset(_Strict):
             raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
         if self.kind == "events" and self.tables.latest is not None:
             raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
-        columns = set(self.schema_) | set(PROVENANCE)
+        columns = set(self.schema_) | set(PROVENANCE.names)
         for i, e in enumerate(self.quality):
             if e.column is not None and e.column not in columns:
                 raise KeyedValueError(f"quality.{i}.column", f"column {e.column!r} is not a field of the schema "
@@ -354,9 +346,9 @@ class Config:
         schema, _, table = name.partition(".")
         return f"{self.lake_root.rstrip('/')}/{schema}/{table}"
 
-    def system_table_path(self, name: str) -> str:
-        """Location of one of loglake's own tables (``_ledger/offsets``, ``_quality_results``, ...)."""
-        return f"{self.lake_root.rstrip('/')}/{name}"
+    def system_table_path(self, table: SystemTable) -> str:
+        """Location of one of loglake's own tables (``loglake.contracts.LEDGER``, ...)."""
+        return table.path(self.lake_root)
 
     def checkpoint_path(self, dataset: Dataset | str, job: str = "speed") -> str:
         ds = self.dataset(dataset) if isinstance(dataset, str) else dataset

@@ -18,13 +18,13 @@ DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, cou
 
 
 def wait_caught_up(config: Config, timeout: float = 300.0) -> None:
-    from loglake.cli import _speed_process
     from loglake.kafka_admin import dataset_state
     from loglake.processes import wait_for
+    from loglake.streams import streams
 
-    for ds in config.datasets.values():
-        wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, ds)), timeout,
-                 f"speed {ds.name} to reach the log end", 1.0, log=_speed_process(config, ds))
+    for stream in streams(config):
+        wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, stream.ds)), timeout,
+                 f"speed {stream.ds.name} to reach the log end", 1.0, log=stream.process)
 
 
 def _client(config: Config):
@@ -131,14 +131,13 @@ def batch_quarantined(config: Config, ds: Dataset) -> int:
 
 def run_demo(config: Config, count: int, bad_fraction: float) -> int:
     from loglake import platform
-    from loglake.cli import embedded_kafka
-    from loglake.kafka_admin import watermarks
+    from loglake.kafka_admin import log_bounds
     from loglake.produce import produce
     from loglake.tables import table_counts
 
     t0 = time.monotonic()
     if config.kafka.embedded:
-        embedded_kafka(config).start()
+        platform.broker(config).start()
     for ds in config.datasets.values():
         n = count if ds.kind == "events" else max(count // 10, 100)
         res = produce(config, ds, n, bad_fraction=bad_fraction, progress=True)
@@ -150,7 +149,7 @@ def run_demo(config: Config, count: int, bad_fraction: float) -> int:
     ok = True
     for ds in config.datasets.values():
         counts = table_counts(config, ds)
-        log_total = sum(hi - lo for lo, hi in watermarks(config, ds.topic).values())
+        log_total = sum(hi - lo for lo, hi in log_bounds(config, ds.topic).values())
         speed_quarantined = counts["quarantine"] - batch_quarantined(config, ds)
         exact = counts["speed"] + speed_quarantined == log_total
         print(f"  {ds.name}: log {log_total} records = speed {counts['speed']} + speed quarantine "

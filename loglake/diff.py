@@ -23,7 +23,7 @@ compared with the speed row at the same offset, which must carry the same values
 from __future__ import annotations
 
 from loglake.config import Config, Dataset
-from loglake.planning import ParamError
+from loglake.errors import ParamError
 
 JOIN_KEY = ("_topic", "_partition", "_offset")
 # Columns one layer keeps for itself: the speed layer's changelog rows carry ``_deleted``
@@ -71,7 +71,7 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
     from deltalake import QueryBuilder
 
     from loglake.kafka_admin import group_offsets, list_topics
-    from loglake.ledger import watermarks
+    from loglake.ledger import batch_watermarks
     from loglake.tables import open_table
 
     partitions = list_topics(config).get(ds.topic, 0)
@@ -122,7 +122,7 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
         result["missing_in_batch"] = None
         result["notes"].append("changelog: batch holds the newest row per key, so speed rows without a batch row "
                                "are superseded or deleted keys (superseded_in_batch), not missing")
-    w = watermarks(config, ds).get(partition)
+    w = batch_watermarks(config, ds).get(partition)
     if w is not None and start < w:
         result["notes"].append(f"offsets below the batch watermark {w}: maintenance may have expired their speed "
                                "rows, so missing-in-speed there is expected")

@@ -1,15 +1,29 @@
-"""The vocabulary of loglake's errors.
+"""The vocabulary of loglake's errors, and what a retry can do about each.
 
 Each type carries what an operator needs to act: the file and key for configuration,
 topic, partition and offsets for the log, the table for Delta. Messages say what was
 expected, what was found and what to do.
+
+Every error says whether it is **transient**: a later attempt of the same work may
+succeed without anyone changing anything (the broker was briefly unavailable, a Delta
+commit lost a race with a concurrent writer, a group coordinator was still loading).
+Transient errors are retried with backoff — inside a call (``loglake.retrying``), and
+across attempts of an Airflow task. Permanent ones (bad input, data loss, a failed
+quality gate) fail once: retrying would only repeat the same answer.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class LoglakeError(Exception):
-    """Base of every error loglake raises on purpose."""
+    """Base of every error loglake raises on purpose. ``transient``: whether retrying may help."""
+
+    transient: ClassVar[bool] = False
+
+
+# --- permanent: the input or the state must change first -----------------------------
 
 
 class SetupError(LoglakeError):
@@ -29,6 +43,26 @@ class ConfigError(LoglakeError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class KeyedValueError(LoglakeError, ValueError):
+    """A configuration value is invalid across fields; ``key`` names the key it is about.
+
+    Raised inside the config models' validators (a ``ValueError``, so pydantic reports it
+    at the right place); ``load_config`` turns it into a ``ConfigError`` naming file and key.
+    """
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(message)
+
+
+class ParamError(LoglakeError, ValueError):
+    """A batch, backfill or command parameter is invalid; ``field`` names it (as in the DAG's Params)."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
 class OffsetError(LoglakeError, ValueError):
     """An offset or offset range is malformed (negative, start > end, ...)."""
 
@@ -39,7 +73,7 @@ class OffsetError(LoglakeError, ValueError):
 
 
 class DataLossError(LoglakeError):
-    """Offsets that must be read are no longer in the log. Never swallowed."""
+    """Offsets that must be read are no longer in the log. Never swallowed, never retried."""
 
     def __init__(self, topic: str, partition: int, missing_start: int, missing_end: int, detail: str = ""):
         self.topic = topic
@@ -53,9 +87,94 @@ class DataLossError(LoglakeError):
         super().__init__(f"{msg}; {detail}" if detail else msg)
 
 
-class KafkaUnavailableError(LoglakeError):
-    """The Kafka cluster could not be reached or did not answer in time."""
+class QualityGateError(LoglakeError):
+    """A ``fail`` expectation failed: the range is written but not published."""
+
+    def __init__(self, dataset: str, failed: list[dict], run_id: str):
+        self.dataset = dataset
+        self.failed = failed
+        lines = [f"quality gate failed for {dataset} (run {run_id}): the batch watermark stays where it was"]
+        for f in failed:
+            lines.append(f"  {f['expectation']} on column {f['column']}: {f['unexpected_count']} unexpected of "
+                         f"{f['element_count']} rows; sample offsets {f['sample_offsets'] or '-'}")
+        super().__init__("\n".join(lines))
 
 
 class ProcessError(LoglakeError):
-    """A managed background process (broker, stream) failed to start or stop."""
+    """A managed background process (broker, stream, Airflow) failed to start or stop."""
+
+
+class JobError(LoglakeError):
+    """A Spark job ended without success; carries its failure summary.
+
+    Transient when the job said so (its own error was transient) or when it died
+    without saying anything (a crash, an OOM: worth another attempt).
+    """
+
+    def __init__(self, job: str, dataset: str, code: int, summary: dict | None, log: str | None = None):
+        self.job, self.dataset, self.code, self.summary, self.log = job, dataset, code, summary or {}, log
+        said = self.summary.get("error")
+        where = f" (log: {log})" if log else ""
+        text = f"{self.summary.get('error_type', 'error')}: {said}" if said else f"exit code {code}"
+        super().__init__(f"{job} {dataset} failed: {text}{where}")
+
+    @property
+    def transient(self) -> bool:  # type: ignore[override]
+        return bool(self.summary.get("transient", True)) if self.summary.get("error") else True
+
+
+# --- transient: the same call may succeed later ---------------------------------------
+
+
+class KafkaUnavailableError(LoglakeError):
+    """The Kafka cluster could not be reached, or did not answer in time."""
+
+    transient = True
+
+
+class CoordinatorNotReadyError(KafkaUnavailableError):
+    """A consumer group's coordinator is moving or still loading its offsets (right after a broker start)."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether another attempt may help: ``known_transient``, and anything loglake does not
+    know (a crash, an out-of-memory) — Airflow's own default, so an unexpected failure
+    gets the retries its DAG declares. Permanent: loglake's permanent errors, and Kafka
+    errors that librdkafka does not call retriable (an unknown topic, an authorisation failure)."""
+    if isinstance(error, LoglakeError):
+        return error.transient
+    kafka = _kafka_error(error)
+    return True if kafka is None else kafka
+
+
+def known_transient(error: BaseException) -> bool:
+    """Whether ``error`` is one that is known to pass: a transient loglake error, a retriable
+    Kafka error (the broker or a coordinator is on its way), or a Delta concurrent-modification
+    conflict (another writer committed first; the losing commit wrote nothing). What retry
+    loops within a call retry; anything else goes up at once."""
+    if isinstance(error, LoglakeError):
+        return error.transient
+    if _kafka_error(error):
+        return True
+    return any(c.__name__ == "DeltaConcurrentModificationException" for c in type(error).__mro__)
+
+
+def _kafka_error(error: BaseException) -> bool | None:
+    """For a confluent-kafka exception: whether it is retriable (None for other exceptions)."""
+    try:
+        from confluent_kafka import KafkaError, KafkaException
+    except ImportError:  # pragma: no cover - confluent-kafka is a dependency
+        return None
+    if not isinstance(error, KafkaException) or not error.args or not isinstance(error.args[0], KafkaError):
+        return None
+    err = error.args[0]
+    return bool(err.retriable()) or err.code() in retriable_kafka_codes()
+
+
+def retriable_kafka_codes() -> set[int]:
+    """librdkafka error codes that mean "not yet": the broker or coordinator is on its way."""
+    from confluent_kafka import KafkaError
+
+    return {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT,
+            KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}

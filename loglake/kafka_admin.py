@@ -10,12 +10,10 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loglake.config import Config, Dataset
-from loglake.errors import KafkaUnavailableError
+from loglake.errors import CoordinatorNotReadyError, KafkaUnavailableError, known_transient
+from loglake.retrying import retry_transient
 
 TIMEOUT = 15.0
-_RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT,
-              KafkaError._TIMED_OUT}
 
 
 def admin(config: Config) -> AdminClient:
@@ -65,8 +63,11 @@ def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replicat
     return name
 
 
-def watermarks(config: Config, topic: str) -> dict[int, tuple[int, int]]:
-    """Partition → (earliest retained offset, end offset) of ``topic``."""
+def log_bounds(config: Config, topic: str) -> dict[int, tuple[int, int]]:
+    """Partition → (earliest retained offset, end offset) of ``topic``: what the log holds.
+
+    (Kafka calls these the low and high watermark offsets; loglake keeps "watermark" for
+    the batch watermark W_p of ``loglake.ledger``.)"""
     parts = list_topics(config).get(topic)
     if parts is None:
         raise KafkaUnavailableError(f"topic {topic!r} does not exist on {config.kafka.bootstrap_servers}")
@@ -78,15 +79,15 @@ def watermarks(config: Config, topic: str) -> dict[int, tuple[int, int]]:
 
 
 def end_offsets(config: Config, topic: str) -> dict[int, int]:
-    return {p: hi for p, (_lo, hi) in watermarks(config, topic).items()}
+    return {p: hi for p, (_lo, hi) in log_bounds(config, topic).items()}
 
 
 def offsets_for_times(config: Config, topic: str, timestamp_ms: int,
                       marks: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
     """Per partition, the first offset whose record timestamp is >= ``timestamp_ms``
-    (the end offset where no such record exists yet). ``marks``: ``watermarks(topic)``
+    (the end offset where no such record exists yet). ``marks``: ``log_bounds(topic)``
     if the caller already read them."""
-    marks = marks if marks is not None else watermarks(config, topic)
+    marks = marks if marks is not None else log_bounds(config, topic)
     c = _consumer(config)
     try:
         found = c.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in marks], timeout=TIMEOUT)
@@ -96,17 +97,21 @@ def offsets_for_times(config: Config, topic: str, timestamp_ms: int,
 
 
 def _retrying(call, what: str):
-    """``call()`` until it succeeds, retrying while the group coordinator moves or is still
-    loading ``__consumer_offsets`` (right after a broker starts); other errors are final."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+    """``call()``, retried while the group coordinator moves or is still loading
+    ``__consumer_offsets`` (right after a broker starts), for up to ``TIMEOUT`` seconds.
+
+    A retriable Kafka error still there at the end is a ``CoordinatorNotReadyError``
+    (transient: a later attempt may succeed); any other Kafka error a ``KafkaUnavailableError``.
+    """
+    def attempt():
         try:
             return call()
         except KafkaException as e:
-            err = e.args[0]
-            if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE) or time.monotonic() > deadline:
-                raise KafkaUnavailableError(f"{what} failed: {err}") from None
-            time.sleep(0.5)
+            if known_transient(e):
+                raise CoordinatorNotReadyError(f"{what} failed: {e.args[0]}") from None
+            raise KafkaUnavailableError(f"{what} failed: {e.args[0]}") from None
+
+    return retry_transient(attempt, seconds=TIMEOUT, only=CoordinatorNotReadyError)
 
 
 def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -150,7 +155,7 @@ class PartitionState:
 
 def dataset_state(config: Config, ds: Dataset) -> list[PartitionState]:
     """Per partition: retained range, end offset, and the speed layer's committed position."""
-    marks = watermarks(config, ds.topic)
+    marks = log_bounds(config, ds.topic)
     pos = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
     return [PartitionState(p, lo, hi, pos.get(p)) for p, (lo, hi) in sorted(marks.items())]
 

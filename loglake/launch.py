@@ -1,20 +1,62 @@
-"""Build spark-submit command lines for loglake's Spark jobs (used by the CLI and DAGs)."""
+"""Launching loglake's Spark jobs: Spark settings, spark-submit command lines, and runs.
+
+One place for how a job is submitted — the CLI runs it here (``run_job``), the Airflow
+operator takes ``submit_spec`` — so both submit the same application with the same jars,
+settings and environment, and read its answer through ``loglake.jobs``.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from loglake import paths
 from loglake.config import Config
+from loglake.jobs import JobRequest, read_summary_file
 
 
 def spark_submit_bin() -> str:
     """The spark-submit shipped in the pyspark wheel of this interpreter's environment."""
-    import pyspark
+    import importlib.util
 
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    return str(Path(importlib.util.find_spec("pyspark").origin).parent / "bin" / "spark-submit")
+
+
+def _log4j_file() -> Path:
+    """The log4j2 file of the conf dir in use, else the repo's (a conf dir may omit it)."""
+    own = paths.conf_dir() / "log4j2-spark.properties"
+    return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
+
+
+def spark_conf(config: Config) -> dict[str, str]:
+    """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
+    conf = {
+        "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.memory": config.profile.spark.driver_memory,
+        # Python workers must use the venv's interpreter, not whatever python3 is on PATH.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Timestamps are stored and shown in UTC whatever the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+        # Delta rebuilds a table's state with this many tasks; 50 (the default) is pure
+        # overhead for loglake's tables on a few cores.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # A JSON object with a repeated key: the last one wins, in from_json and in VARIANT
+        # parsing alike (spark_jobs.parse relies on both agreeing).
+        "spark.sql.variant.allowDuplicateKeys": "true",
+        # No stage progress bars: a job's output is its log, a command's output its answer.
+        "spark.ui.showConsoleProgress": "false",
+        # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log4j_file()}",
+    }
+    conf.update(config.profile.spark.conf)
+    return conf
 
 
 def job_env(config: Config) -> dict[str, str]:
@@ -33,33 +75,72 @@ def job_env(config: Config) -> dict[str, str]:
     return env
 
 
-def spark_submit(config: Config, job: str, args: list[str]) -> list[str]:
-    """``spark-submit`` for ``spark_jobs/<job>.py`` with the profile's master, jars and conf."""
-    from spark_jobs.session import spark_conf
+def application(job: str) -> str:
+    """The file spark-submit runs for ``job``."""
+    return str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py")
 
+
+def spark_submit(config: Config, request: JobRequest) -> list[str]:
+    """``spark-submit`` for ``request`` with the profile's master, jars and settings."""
     conf = spark_conf(config)
     cmd = [spark_submit_bin(), "--master", config.profile.spark.master,
            "--driver-memory", conf.pop("spark.driver.memory"),
-           "--jars", conf.pop("spark.jars"), "--name", f"loglake-{job}"]
+           "--jars", conf.pop("spark.jars"), "--name", f"loglake-{request.job}"]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
-    return cmd + [str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py"), *args]
+    return cmd + [application(request.job), *request.argv()]
 
 
 def submit_spec(config: Config, job: str) -> dict:
-    """What SparkSubmitOperator needs to run ``spark_jobs/<job>.py`` like ``spark_submit`` does."""
-    from spark_jobs.session import spark_conf
+    """What SparkSubmitOperator needs to run ``job`` like ``spark_submit`` does.
 
+    The driver's memory travels as ``spark.driver.memory`` in ``conf``: spark-submit's
+    launcher sizes the driver JVM from it in client mode, as from ``--driver-memory``.
+    """
     conf = spark_conf(config)
     env = job_env(config)
     keep = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "LOGLAKE_HOME", "LOGLAKE_CONF",
             "LOGLAKE_PROFILE", "LOGLAKE_UNDER_SPARK_SUBMIT", "SPARK_LOCAL_IP", "LOGLAKE_CACHE", "JAVA_HOME", "PATH")
     return {
-        "application": str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py"),
+        "application": application(job),
         "jars": conf.pop("spark.jars"),
-        "driver_memory": conf.pop("spark.driver.memory"),
         "conf": conf,
         "env_vars": {k: env[k] for k in keep if k in env},
         "name": f"loglake-{job}",
-        "spark_binary": spark_submit_bin(),
     }
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job run ended: exit code, its summary (None if it said nothing), its log."""
+
+    code: int
+    summary: dict | None
+    log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and self.summary is not None and "error" not in self.summary
+
+
+def job_log(config: Config, request: JobRequest) -> Path:
+    """Where a CLI-run job's output goes: ``<state>/logs/jobs/<job>-<dataset>-<time>.log``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    return config.home / "logs" / "jobs" / f"{request.job}-{request.dataset}-{stamp}.log"
+
+
+def run_job(config: Config, request: JobRequest) -> JobOutcome:
+    """Run ``request`` under spark-submit and wait; its output goes to a log file (JVM and
+    Spark warnings included), its answer comes back as the summary."""
+    log = job_log(config, request)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    summary_file = log.with_suffix(".summary")
+    request = request.with_summary_file(summary_file)
+    if request.progress_file:
+        Path(request.progress_file).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.run(spark_submit(config, request), env=job_env(config), stdout=out,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    summary = read_summary_file(summary_file)
+    summary_file.unlink(missing_ok=True)
+    return JobOutcome(proc.returncode, summary, log)

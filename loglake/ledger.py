@@ -1,24 +1,23 @@
-"""The offsets ledger: which ranges the batch layer has recomputed, and so the watermarks.
+"""The offsets ledger: which ranges the batch layer has recomputed, and so the batch watermarks.
 
-A Delta table at ``<lake>/_ledger/offsets`` with one row per range and state: dataset,
-topic, partition, start, end, records, quarantined, run_id, state, committed_at. The
-batch job appends a range as ``written`` after its rows are committed; the quality gate
-appends it again as ``published`` once its suite passed. Only published ranges advance
-the watermark. Read here without a JVM (delta-rs), so planning in an Airflow task or
-the CLI stays fast.
+A Delta table (``loglake.contracts.LEDGER``) with one row per range and state. The batch
+job appends a range as ``written`` after its rows are committed; the quality gate
+appends it again as ``published`` once its suite passed. The batch watermark W_p of a
+partition is the end of the contiguous published coverage from its earliest retained
+offset (``compute_watermarks``, a pure rule). Read here without a JVM (delta-rs), so
+planning in an Airflow task or the CLI stays fast.
 """
 
 from __future__ import annotations
 
-from loglake.config import Config, Dataset
-from loglake.planning import compute_watermarks
+from typing import Mapping, Sequence
 
-COLUMNS = ["dataset", "topic", "partition", "start", "end", "records", "quarantined", "run_id", "state",
-           "committed_at"]
+from loglake.config import Config, Dataset
+from loglake.contracts import LEDGER
 
 
 def ledger_path(config: Config) -> str:
-    return f"{config.lake_root.rstrip('/')}/_ledger/offsets"
+    return config.system_table_path(LEDGER)
 
 
 def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
@@ -30,11 +29,11 @@ def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
         return []
     name = ds.name.replace("'", "''")
     topic = ds.topic.replace("'", "''")
-    return query(table, f"SELECT * FROM t WHERE dataset = '{name}' AND topic = '{topic}' "
-                        "ORDER BY \"partition\", start, committed_at")
+    return query(table, f"SELECT {LEDGER.contract.select_sql()} FROM t WHERE dataset = '{name}' "
+                        f"AND topic = '{topic}' ORDER BY \"partition\", start, committed_at")
 
 
-def watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = None) -> dict[int, int]:
+def batch_watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = None) -> dict[int, int]:
     """Per partition, the batch watermark W_p (absent where batch has not covered the
     partition from its earliest retained offset). ``earliest`` is read from Kafka unless given,
     and not at all when the ledger holds no rows of the dataset (then there are none)."""
@@ -42,6 +41,37 @@ def watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = No
     if not rows:
         return {}
     if earliest is None:
-        from loglake.kafka_admin import watermarks as log_state
-        earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}
+        from loglake.kafka_admin import log_bounds
+
+        earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     return compute_watermarks(rows, earliest)
+
+
+def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | None = None) -> dict[int, int]:
+    """Per partition, the end of the contiguous coverage from the earliest offset.
+
+    ``ledger`` rows have ``partition``, ``start``, ``end`` and ``state``: only *published*
+    ranges count (a *written* range waits for its quality gate; rows from before the gate
+    existed have no state and count as published). Overlaps and repeats merge;
+    a gap stops the watermark (what lies beyond a gap is not published). With
+    ``earliest`` (partition → earliest retained offset), coverage must start at or before
+    it: a partition whose first range starts later has no watermark, since its first
+    offsets were never recomputed. (A watermark *below* the earliest offset is kept: it
+    means offsets were deleted before batch read them, which planning reports as loss.)
+    """
+    by_partition: dict[int, list[tuple[int, int]]] = {}
+    for row in ledger:
+        if row.get("state") in (None, "published") and row["end"] > row["start"]:
+            by_partition.setdefault(int(row["partition"]), []).append((int(row["start"]), int(row["end"])))
+    marks = {}
+    for p, spans in by_partition.items():
+        spans.sort()
+        if earliest is not None and spans[0][0] > earliest.get(p, 0):
+            continue
+        w = spans[0][1]
+        for s, e in spans[1:]:
+            if s > w:
+                break
+            w = max(w, e)
+        marks[p] = w
+    return marks

@@ -14,20 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
-from loglake.errors import DataLossError, LoglakeError, OffsetError
+from loglake.errors import DataLossError, OffsetError, ParamError
 from loglake.offsets import OffsetRange
 
 _RANGE_SPEC = re.compile(r"^\s*(-?\d+)\s*:\s*(-?\d+)\s*-\s*(-?\d+)\s*$")
 
-LogState = Mapping[int, tuple[int, int]]  # partition → (earliest retained, end)
-
-
-class ParamError(LoglakeError, ValueError):
-    """A batch or backfill parameter is invalid; ``field`` names it (as in the DAG's Params)."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
+LogBounds = Mapping[int, tuple[int, int]]  # partition → (earliest retained offset, end offset)
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ def parse_range_spec(spec: str, index: int = 0) -> tuple[int, int, int]:
     return p, s, e
 
 
-def validate_ranges(topic: str, specs: Sequence[tuple[int, int, int]], log: LogState) -> list[OffsetRange]:
+def validate_ranges(topic: str, specs: Sequence[tuple[int, int, int]], log: LogBounds) -> list[OffsetRange]:
     """Check requested ranges against the log; the first problem raises, naming the field.
 
     A range must name an existing partition, have 0 <= start <= end, end within the log end,
@@ -115,7 +107,7 @@ def validate_ranges(topic: str, specs: Sequence[tuple[int, int, int]], log: LogS
     return out
 
 
-def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogState) -> list[OffsetRange]:
+def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogBounds) -> list[OffsetRange]:
     """The scheduled batch: per partition, ``[W_p, end)``; W_p defaults to the earliest offset.
 
     A watermark below the earliest retained offset means offsets were deleted before batch
@@ -135,36 +127,6 @@ def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogStat
     return ranges
 
 
-def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | None = None) -> dict[int, int]:
-    """Per partition, the end of the contiguous coverage from the earliest offset.
-
-    ``ledger`` rows have ``partition``, ``start``, ``end`` and ``state``: only *published*
-    ranges count (a *written* range waits for its quality gate; rows from before the gate
-    existed have no state and count as published). Overlaps and repeats merge;
-    a gap stops the watermark (what lies beyond a gap is not published). With
-    ``earliest`` (partition → earliest retained offset), coverage must start at or before
-    it: a partition whose first range starts later has no watermark, since its first
-    offsets were never recomputed. (A watermark *below* the earliest offset is kept: it
-    means offsets were deleted before batch read them, which planning reports as loss.)
-    """
-    by_partition: dict[int, list[tuple[int, int]]] = {}
-    for row in ledger:
-        if row.get("state") in (None, "published") and row["end"] > row["start"]:
-            by_partition.setdefault(int(row["partition"]), []).append((int(row["start"]), int(row["end"])))
-    marks = {}
-    for p, spans in by_partition.items():
-        spans.sort()
-        if earliest is not None and spans[0][0] > earliest.get(p, 0):
-            continue
-        w = spans[0][1]
-        for s, e in spans[1:]:
-            if s > w:
-                break
-            w = max(w, e)
-        marks[p] = w
-    return marks
-
-
 def parse_timestamp(value: str, field_name: str) -> int:
     """ISO-8601 (``2026-11-23T09:00:00Z``; no zone means UTC) → epoch milliseconds."""
     try:
@@ -181,24 +143,23 @@ def parse_timestamp(value: str, field_name: str) -> int:
 
 def plan_batch(config, ds) -> Plan:
     """Recompute from each partition's watermark to the current end (the scheduled run)."""
-    from loglake.kafka_admin import watermarks as log_state
-    from loglake.ledger import watermarks
+    from loglake.kafka_admin import log_bounds
+    from loglake.ledger import batch_watermarks
 
-    log = log_state(config, ds.topic)
+    log = log_bounds(config, ds.topic)
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole retained log, not appended to.
         ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
         return Plan(ds.name, tuple(ranges), "rebuild", ("changelog: latest state rebuilt from the full log",))
     earliest = {p: lo for p, (lo, _hi) in log.items()}
-    ranges = plan_from_watermarks(ds.topic, watermarks(config, ds, earliest), log)
+    ranges = plan_from_watermarks(ds.topic, batch_watermarks(config, ds, earliest), log)
     return Plan(ds.name, tuple(r for r in ranges if r.size), "batch")
 
 
 def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str | None = None,
                   to_ts: str | None = None) -> Plan:
     """Validate a backfill request and turn it into a plan (nothing runs here)."""
-    from loglake.kafka_admin import offsets_for_times
-    from loglake.kafka_admin import watermarks as log_state
+    from loglake.kafka_admin import log_bounds, offsets_for_times
 
     ranges = list(ranges or [])
     if ranges and (from_ts or to_ts):
@@ -207,7 +168,7 @@ def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str 
         missing = "to_ts" if from_ts else "from_ts"
         raise ParamError("ranges" if not (from_ts or to_ts) else missing,
                          "give ranges (PARTITION:START-END) or both from_ts and to_ts")
-    log = log_state(config, ds.topic)
+    log = log_bounds(config, ds.topic)
     if ds.kind == "changelog":
         raise ParamError("dataset", f"{ds.name} is a changelog: its latest state is rebuilt from the full log "
                          "by `loglake batch`, not backfilled by range")

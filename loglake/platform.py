@@ -8,11 +8,36 @@ end offset, the speed layer's position and the batch watermark. Used by
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from loglake.config import Config
 from loglake.errors import LoglakeError
+from loglake.retrying import retry_transient
+from loglake.streams import streams
+
+
+def broker(config: Config):
+    """The embedded Kafka broker of ``config`` (its state directory and port)."""
+    from loglake.embedded_kafka import EmbeddedKafka
+
+    return EmbeddedKafka(config.home, port=config.kafka.port)
+
+
+def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:
+    """Start the speed stream of ``name`` (every dataset by default) unless it runs; print each."""
+    started = streams(config, name)
+    for s in started:
+        pid, new = s.start()
+        print(f"speed {s.ds.name}: {'started' if new else 'already running'} (pid {pid}"
+              f"{f', log {s.process.log_file}' if new else ''})")
+    if wait:
+        for s in started:
+            s.wait_first_batch(wait)
+
+
+def stop_streams(config: Config, name: str | None = None) -> None:
+    for s in streams(config, name):
+        print(f"speed {s.ds.name}: {'stopped' if s.stop() else 'not running'}")
 
 
 def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):
@@ -24,12 +49,11 @@ def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = Tru
 def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) -> int:
     """Start Kafka (if embedded), create missing topics, start the speed streams and Airflow."""
     from loglake.airflow_embedded import ADMIN_USER, password_file
-    from loglake.cli import cmd_speed, embedded_kafka
     from loglake.kafka_admin import ensure_topic, list_topics
 
     t0 = time.monotonic()
     if config.kafka.embedded:
-        kafka = embedded_kafka(config)
+        kafka = broker(config)
         was = kafka.is_running()
         kafka.start()
         print(f"kafka: {'already running' if was else 'started'} at {kafka.bootstrap} "
@@ -41,7 +65,7 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         missing = [ds.topic for ds in config.datasets.values() if ds.topic not in list_topics(config)]
         if missing:
             print(f"  topics not created yet: {', '.join(missing)} (their speed streams wait for them)")
-    cmd_speed(config, argparse.Namespace(action="start", dataset=None, wait=0))
+    start_streams(config)
 
     # Unpaused: the scheduled batch DAG runs without anyone switching it on.
     airflow = _airflow(config, airflow_port, dags_paused=False)
@@ -54,13 +78,11 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
 
 def down(config: Config) -> int:
     """Stop Airflow (first, so no job starts), the speed streams, then the embedded broker."""
-    from loglake.cli import cmd_speed, embedded_kafka
-
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
-    cmd_speed(config, argparse.Namespace(action="stop", dataset=None))
+    stop_streams(config)
     if config.kafka.embedded:
-        kafka = embedded_kafka(config)
+        kafka = broker(config)
         running = kafka.is_running()
         kafka.stop()
         print("kafka: stopped" if running else "kafka: not running")
@@ -74,23 +96,21 @@ def status(config: Config) -> int:
     """
     from confluent_kafka import KafkaException
 
-    from loglake.cli import _speed_process, embedded_kafka
-
     ok = True
     print("processes:")
     kafka_up = True
     if config.kafka.embedded:
-        kafka = embedded_kafka(config)
+        kafka = broker(config)
         pid = kafka.pid
         kafka_up = pid is not None
         ok &= kafka_up
         print(f"  kafka                  {_state(pid)}  {kafka.bootstrap}")
     else:
         print(f"  kafka                  external            {config.kafka.bootstrap_servers}")
-    for ds in config.datasets.values():
-        pid = _speed_process(config, ds).pid()
+    for stream in streams(config):
+        pid = stream.pid()
         ok &= pid is not None
-        print(f"  {'speed-' + ds.name:<22} {_state(pid)}")
+        print(f"  {'speed-' + stream.ds.name:<22} {_state(pid)}")
     airflow = _airflow(config)
     st = airflow.status()
     for c, info in st["components"].items():
@@ -113,25 +133,15 @@ def status(config: Config) -> int:
 
 
 def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
-    """``format_status`` lines of ``ds``, retrying while the group coordinator is not ready.
+    """``format_status`` lines of ``ds``, retried while Kafka says "not yet".
 
     Right after a broker starts, reading committed offsets answers NOT_COORDINATOR (or
-    "loading") for a few seconds: retriable, so retried, like commits are.
+    "loading") for a few seconds: transient, so retried with backoff, like commits are.
     """
-    from confluent_kafka import KafkaException
-
-    from loglake.kafka_admin import _RETRIABLE
     from loglake.status import dataset_status, format_status
 
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return format_status(ds, dataset_status(config, ds))
-        except KafkaException as e:
-            err = e.args[0]
-            if getattr(err, "code", lambda: None)() not in _RETRIABLE or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    return retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
+                           seconds=timeout)
 
 
 def _state(pid: int | None) -> str:

@@ -1,44 +1,25 @@
-"""loglake's own record tables: quality results, audit results, the maintenance log.
+"""loglake's own record tables, read: quality results, audit results, the maintenance log.
 
-Each is a Delta table under the lake root, written by the step that produces it and
-read here without a JVM (delta-rs) for ``loglake status``, the Airflow UI page and the
-demo. Their schemas are part of the contract between writer and readers:
-
-``_quality_results`` (written by ``spark_jobs/quality.py``), one row per expectation per
-validation run: dataset, topic, ranges (JSON list of {partition, start, end}), run_id,
-expectation, column, severity (warn|fail), success, element_count, unexpected_count,
-observed (JSON of the GX result), sample_offsets ("P:OFFSET, ..."), published (the run's
-verdict: no ``fail`` expectation failed), validated_at.
-
-``_audit_results`` (written by ``loglake.audit``), one row per partition and layer per
-audit: dataset, topic, partition, layer (batch|speed), checked_from, checked_to (the
-offsets ``[from, to)`` checked), offsets_checked (offsets the log holds there), missing,
-duplicated, unexpected (table offsets the log does not hold), sample_missing,
-sample_duplicated, sample_unexpected, ok, run_id, audited_at.
-
-``_maintenance_log`` (written by ``spark_jobs/maintenance.py``), one row per table and
-operation: dataset, table, path, operation (optimize|expire|vacuum), files_before,
-bytes_before, files_after, bytes_after, version_before, version_after, rows_deleted,
-attempts, seconds, run_id, started_at.
+Each is a Delta table under the lake root (``loglake.contracts``: QUALITY_RESULTS,
+AUDIT_RESULTS, MAINTENANCE_LOG, with their columns), written by the step that produces
+it and read here without a JVM (delta-rs) for ``loglake status``, the Airflow UI page
+and the demo.
 """
 
 from __future__ import annotations
 
 from loglake.config import Config, Dataset, expectation_label
-
-QUALITY_RESULTS = "_quality_results"
-AUDIT_RESULTS = "_audit_results"
-MAINTENANCE_LOG = "_maintenance_log"
+from loglake.contracts import AUDIT_RESULTS, MAINTENANCE_LOG, QUALITY_RESULTS, SystemTable
 
 
-def _rows(config: Config, table: str, ds: Dataset, order: str, where: str = "") -> list[dict]:
+def _rows(config: Config, table: SystemTable, ds: Dataset, order: str) -> list[dict]:
     from loglake.tables import open_table, query
 
     t = open_table(config.system_table_path(table))
     if t is None:
         return []
     name = ds.name.replace("'", "''")
-    return query(t, f"SELECT * FROM t WHERE dataset = '{name}'{where} ORDER BY {order}")
+    return query(t, f"SELECT {table.contract.select_sql()} FROM t WHERE dataset = '{name}' ORDER BY {order}")
 
 
 def _last_run(rows: list[dict], time_column: str) -> list[dict]:

@@ -80,11 +80,11 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
     each table's log.
     """
     from loglake.kafka_admin import dataset_state, record_timestamps, topic_configs
-    from loglake.ledger import watermarks
+    from loglake.ledger import batch_watermarks
     from loglake.results import last_audit, last_quality
 
     parts = dataset_state(config, ds)
-    marks = watermarks(config, ds, {s.partition: s.earliest for s in parts})
+    marks = batch_watermarks(config, ds, {s.partition: s.earliest for s in parts})
     settings = topic_configs(config, ds.topic)
     policy = settings.get("cleanup.policy")
     retention = int(settings.get("retention.ms", "-1"))
@@ -123,7 +123,7 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
     """Delta version and file count of each of the dataset's tables (delta-rs, no JVM)."""
-    from loglake.maintenance import dataset_tables, snapshot
+    from loglake.tables import dataset_tables, snapshot
 
     out = []
     for t in dataset_tables(config, ds):

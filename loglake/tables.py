@@ -6,7 +6,55 @@ scan: pyarrow's scanner threads could abort the interpreter at exit on this stac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from loglake.config import Config, Dataset
+
+
+@dataclass(frozen=True)
+class TableRef:
+    layer: str   # speed | batch | quarantine | latest
+    name: str    # <schema>.<table>, as in the dataset's config
+    path: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table's current version and the data files it references (one consistent read)."""
+
+    version: int
+    files: int
+    bytes: int
+
+
+def dataset_tables(config: Config, ds: Dataset) -> list[TableRef]:
+    """Every table the dataset declares (speed, batch, quarantine and, for a changelog, latest)."""
+    layers = ("speed", "batch", "quarantine") + (("latest",) if ds.tables.latest else ())
+    return [TableRef(layer, getattr(ds.tables, layer), config.table_path(ds, layer)) for layer in layers]
+
+
+def _is_delta(path: str) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(path.replace("s3a://", "s3://"))
+
+
+def existing_tables(config: Config, ds: Dataset) -> list[TableRef]:
+    """The dataset's tables that exist yet."""
+    return [t for t in dataset_tables(config, ds) if _is_delta(t.path)]
+
+
+def snapshot(path: str) -> Snapshot:
+    """Version, file count and bytes of the table's current snapshot, from its Delta log."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = open_table(path)
+    if table is None:
+        raise FileNotFoundError(f"no Delta table at {path}")
+    adds = pa.table(table.get_add_actions(flatten=True))
+    size = pc.sum(adds["size_bytes"]).as_py() if adds.num_rows else 0
+    return Snapshot(table.version(), adds.num_rows, int(size or 0))
 
 
 def open_table(path: str):
@@ -33,18 +81,17 @@ def _count(table) -> int:
 
 def table_counts(config: Config, ds: Dataset) -> dict[str, int]:
     """Row count of each of the dataset's tables (0 for tables not created yet)."""
-    from loglake.maintenance import dataset_tables
-
     return {t.layer: _count(open_table(t.path)) for t in dataset_tables(config, ds)}
 
 
 def table_summary(config: Config, ds: Dataset) -> list[str]:
     """Lines describing each table: rows, version, files, and quarantine reasons."""
     lines = []
-    for layer in ["speed", "quarantine"] + (["latest"] if ds.kind == "changelog" else []):
-        path = config.table_path(ds, layer)
+    for ref in dataset_tables(config, ds):
+        if ref.layer == "batch":
+            continue
+        layer, name, path = ref.layer, ref.name, ref.path
         t = open_table(path)
-        name = getattr(ds.tables, layer)
         if t is None:
             lines.append(f"{name}: no table yet at {path}")
             continue

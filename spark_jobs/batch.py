@@ -12,7 +12,6 @@ which is what advances the watermark.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import uuid
@@ -23,35 +22,14 @@ from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset
 from loglake.errors import OffsetError
-from loglake.kafka_admin import watermarks as log_state
-from loglake.ledger import ledger_path
+from loglake.jobs import JobRequest
+from loglake.kafka_admin import log_bounds
 from loglake.offsets import OffsetRange
-from loglake.planning import Plan, validate_ranges
-from spark_jobs import delta_io, parse
-from spark_jobs.session import job_context, job_parser, run_main
-from spark_jobs.speed import kafka_source_options
-
-
-def check_retained(config: Config, ranges: list[OffsetRange]) -> None:
-    """Fail before reading if Kafka no longer holds a range (data loss is never skipped).
-
-    The plan was validated when it was made; the log may have moved since (retention),
-    so the same rule is applied again to the log as it is now.
-    """
-    if ranges:
-        validate_ranges(ranges[0].topic, [(r.partition, r.start, r.end) for r in ranges],
-                        log_state(config, ranges[0].topic))
-
-
-def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) -> DataFrame:
-    """Exactly ``ranges`` from Kafka, with Spark's Kafka source in batch mode."""
-    topic = ranges[0].topic
-    opts = kafka_source_options(config, topic)
-    opts.pop("subscribe")
-    opts["assign"] = json.dumps({topic: [r.partition for r in ranges]})
-    opts["startingOffsets"] = json.dumps({topic: {str(r.partition): r.start for r in ranges}})
-    opts["endingOffsets"] = json.dumps({topic: {str(r.partition): r.end for r in ranges}})
-    return spark.read.format("kafka").options(**opts).load()
+from loglake.planning import Plan
+from spark_jobs import delta_io, entry, parse
+from spark_jobs.kafka_source import check_retained, read_ranges
+from spark_jobs.predicates import range_predicate
+from spark_jobs.system_tables import append_ledger
 
 
 def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> DataFrame:
@@ -59,7 +37,7 @@ def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> Data
 
     Events: every valid record, transformed. Changelog: the latest state by key.
     """
-    log = log_state(config, ds.topic)
+    log = log_bounds(config, ds.topic)
     ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
     valid = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
     if ds.kind == "changelog":
@@ -67,27 +45,8 @@ def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> Data
     return valid
 
 
-def range_predicate(ranges: list[OffsetRange]) -> str:
-    """SQL predicate selecting exactly the offsets of ``ranges`` (for replaceWhere)."""
-    return " OR ".join(f"(_partition = {r.partition} AND _offset >= {r.start} AND _offset < {r.end})"
-                       for r in ranges)
-
-
 def _replace(df: DataFrame, path: str, predicate: str) -> None:
     (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path))
-
-
-LEDGER_SCHEMA = ("dataset string, topic string, partition int, start long, end long, records long, "
-                 "quarantined long, run_id string, state string")
-
-
-def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None:
-    """Append ranges to the offsets ledger, ``state`` written (by this job) or published
-    (by the quality gate); ``mergeSchema`` adds the state column to a ledger made before it."""
-    cols = [c.split()[0] for c in LEDGER_SCHEMA.split(", ")]
-    (spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], LEDGER_SCHEMA)
-     .withColumn("committed_at", F.current_timestamp())
-     .write.format("delta").mode("append").option("mergeSchema", "true").save(ledger_path(config)))
 
 
 def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str | None = None) -> dict:
@@ -109,34 +68,34 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.
         validated = validated.persist()
-        try:
-            valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
+    try:
+        # The first write reads, validates and counts (per partition, for the ledger).
+        observed, observation = parse.counted(validated, sorted({r.partition for r in ranges}))
+        valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
+        if ds.kind == "changelog":
             state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
             state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(batch_path)
             _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'")
-            counts = {(r["_partition"], r["bad"]): r["n"] for r in validated.groupBy(
-                "_partition", F.col("_reason").isNotNull().alias("bad")).count().withColumnRenamed(
-                "count", "n").collect()}
-        finally:
-            validated.unpersist()
-    else:
-        # One pass reads, validates and writes the valid rows, counting the rest; the
-        # quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
-        predicate = range_predicate(ranges)
-        observed, observation = parse.counted(validated, sorted({r.partition for r in ranges}))
-        _replace(parse.apply_transform(parse.valid_rows(observed, ds), ds), batch_path, predicate)
-        n = observation.get
-        counts = {(r.partition, bad): n[f"{'quarantined' if bad else 'records'}_{r.partition}"]
-                  for r in ranges for bad in (False, True)}
-        where = f"_layer = 'batch' AND ({predicate})"
-        if n["quarantined"]:
-            bad = parse.validate(parse.only_offsets(raw, n["bad"]), ds)
-            _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
-        elif delta_io.table_exists(spark, quarantine_path):
-            DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
+            n = observation.get
         else:
-            delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+            # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
+            predicate = range_predicate(ranges)
+            _replace(valid, batch_path, predicate)
+            n = observation.get
+            where = f"_layer = 'batch' AND ({predicate})"
+            if n["quarantined"]:
+                bad = parse.validate(parse.only_offsets(raw, n["bad"]), ds)
+                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
+            elif delta_io.table_exists(spark, quarantine_path):
+                DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
+            else:
+                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+    finally:
+        if ds.kind == "changelog":
+            validated.unpersist()
+    counts = {(r.partition, bad): n[f"{'quarantined' if bad else 'records'}_{r.partition}"]
+              for r in ranges for bad in (False, True)}
 
     append_ledger(spark, config, [
         {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
@@ -150,20 +109,14 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             "records_per_second": round(total / seconds) if seconds else None}
 
 
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+    """The job under spark-submit: recompute the request's plan."""
+    return run_batch(spark, config, ds, request.plan, request.run_id)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = job_parser("batch", __doc__.splitlines()[0])
-    p.add_argument("--plan", required=True, help="the plan as JSON (loglake.planning.Plan.to_json)")
-    p.add_argument("--run-id")
-    args = p.parse_args(argv)
-    plan = Plan.from_json(args.plan)
-    if plan.dataset != args.dataset:
-        p.error(f"--plan is for dataset {plan.dataset!r}, not {args.dataset!r}")
-    config, ds, spark = job_context(args, "batch")
-    summary = run_batch(spark, config, ds, plan, args.run_id)
-    print(json.dumps(summary), flush=True)
-    spark.stop()
-    return 0
+    return entry.run("batch", argv, run_job)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    sys.exit(main())

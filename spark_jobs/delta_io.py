@@ -7,9 +7,7 @@ the micro-batch id makes a replayed batch (after a crash) a no-op.
 
 from __future__ import annotations
 
-import random
 import sys
-import time
 from contextlib import contextmanager
 from typing import Callable, TypeVar
 
@@ -28,6 +26,8 @@ from delta.exceptions import (
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from loglake.retrying import attempts_made
+
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -45,23 +45,15 @@ def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATT
     """Run ``fn`` again after a Delta commit conflict, with exponential backoff; bounded.
 
     Returns ``(fn's result, attempts made)``. After ``attempts`` conflicts the last one
-    is raised (a task-level retry may still succeed later); any other error at once.
-    ``what`` names the operation in the log lines.
+    is raised (transient, ``loglake.errors.is_transient``: a task-level retry may still
+    succeed later); any other error at once. ``what`` names the operation in the log lines.
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn(), attempt
-        except CONFLICTS as e:
-            if attempt == attempts:
-                print(f"loglake: {what}: Delta conflict ({type(e).__name__}) on attempt {attempt}/{attempts}; "
-                      "giving up", file=sys.stderr, flush=True)
-                raise
-            # Jitter: two writers that conflicted should not retry in lockstep.
-            delay = min(max_delay, base_delay * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-            print(f"loglake: {what}: Delta conflict ({type(e).__name__}) on attempt {attempt}/{attempts}; "
-                  f"retrying in {delay:.1f}s", file=sys.stderr, flush=True)
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    def say(attempt: int, error: BaseException, delay: float) -> None:
+        print(f"loglake: {what}: Delta conflict ({type(error).__name__}) on attempt {attempt}/{attempts}; "
+              f"retrying in {delay:.1f}s", file=sys.stderr, flush=True)
+
+    return attempts_made(fn, attempts=attempts, base_delay=base_delay, max_delay=max_delay, only=CONFLICTS,
+                         on_retry=say)
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:

@@ -19,7 +19,6 @@ MERGEs meanwhile) and is recorded in ``_maintenance_log`` (see ``loglake.results
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import uuid
@@ -30,15 +29,14 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
-from loglake.ledger import watermarks as batch_watermarks
-from loglake.maintenance import EXPIRED_LAYERS, Snapshot, TableRef, dataset_tables, snapshot
-from loglake.results import MAINTENANCE_LOG
-from spark_jobs import delta_io
-from spark_jobs.session import job_context, job_parser, run_main
-
-LOG_SCHEMA = ("dataset string, table string, path string, operation string, files_before long, "
-              "bytes_before long, files_after long, bytes_after long, version_before long, version_after long, "
-              "rows_deleted long, attempts int, seconds double, run_id string, started_at timestamp")
+from loglake.contracts import MAINTENANCE_LOG
+from loglake.jobs import JobRequest
+from loglake.ledger import batch_watermarks
+from loglake.maintenance import EXPIRED_LAYERS
+from loglake.tables import Snapshot, TableRef, dataset_tables, snapshot
+from spark_jobs import delta_io, entry
+from spark_jobs.predicates import below_watermark
+from spark_jobs.system_tables import append
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
@@ -110,8 +108,6 @@ def _operate(spark: SparkSession, t: TableRef, operation: str, fn: Callable[[], 
 
 def expire_predicate(layer: str, marks: dict[int, int]) -> str:
     """Rows of ``layer`` that the batch layer covers: exactly what the serving view leaves out."""
-    from spark_jobs.serving import below_watermark
-
     below = below_watermark(marks)
     return f"_layer = 'speed' AND ({below})" if layer == "quarantine" else below
 
@@ -162,14 +158,8 @@ def vacuum(spark: SparkSession, config: Config, t: TableRef, policy: Maintenance
 
 
 def record(spark: SparkSession, config: Config, ds: Dataset, rows: list[dict], run_id: str) -> None:
-    """Append the run's rows to ``_maintenance_log`` (schema in ``loglake.results``)."""
-    if not rows:
-        return
-    df = spark.createDataFrame([{**r, "dataset": ds.name, "run_id": run_id} for r in rows], LOG_SCHEMA)
-    path = config.system_table_path(MAINTENANCE_LOG)
-    # Mapped tasks of several datasets may append at once (the first two may both create it).
-    delta_io.retry_conflicts(lambda: df.write.format("delta").mode("append").save(path),
-                             f"append to {MAINTENANCE_LOG}")
+    """Append the run's rows to ``_maintenance_log`` (``loglake.contracts.MAINTENANCE_LOG``)."""
+    append(spark, config, MAINTENANCE_LOG, [{**r, "dataset": ds.name, "run_id": run_id} for r in rows])
 
 
 def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: str | None = None) -> dict:
@@ -193,16 +183,14 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
             "operations": [{**r, "started_at": r["started_at"].isoformat()} for r in rows]}
 
 
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+    """The job under spark-submit: maintain the request's dataset."""
+    return run_maintenance(spark, config, ds, request.run_id)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = job_parser("maintenance", __doc__.splitlines()[0])
-    p.add_argument("--run-id")
-    args = p.parse_args(argv)
-    config, ds, spark = job_context(args, "maintenance")
-    summary = run_maintenance(spark, config, ds, args.run_id)
-    print(json.dumps(summary), flush=True)
-    spark.stop()
-    return 0
+    return entry.run("maintenance", argv, run_job)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    sys.exit(main())

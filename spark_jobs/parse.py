@@ -14,12 +14,10 @@ import json
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
+from loglake import contracts
 from loglake.config import Dataset, FieldSpec
 
-PROVENANCE = ["_topic", "_partition", "_offset", "_kafka_timestamp"]
-QUARANTINE_COLUMNS = PROVENANCE + ["_layer", "key", "value", "reason_code", "reason"]
-
-
+PROVENANCE = contracts.PROVENANCE.names
 
 def _type_ok(t: Column, field_type: str) -> Column:
     """Whether the VARIANT type name ``t`` of a JSON token fits the declared type."""
@@ -227,11 +225,10 @@ def counted(validated: DataFrame, partitions: list[int] | None = None) -> tuple[
     return validated.observe(obs, *metrics), obs
 
 
-def only_offsets(raw: DataFrame, offsets: str | list) -> DataFrame:
-    """The Kafka rows of ``raw`` at the given (partition, offset) pairs (or ``counted``'s
-    "p:o,..." string): a second pass over a
+def only_offsets(raw: DataFrame, offsets: str) -> DataFrame:
+    """The Kafka rows of ``raw`` at ``counted``'s "p:o,p:o,..." offsets: a second pass over a
     range then parses only those (typically the few quarantined ones), not every record."""
-    pairs = [pair.split(":") for pair in offsets.split(",")] if isinstance(offsets, str) else offsets
+    pairs = [pair.split(":") for pair in offsets.split(",")]
     wanted = raw.sparkSession.createDataFrame([(int(p), int(o)) for p, o in pairs], "partition int, offset long")
     # Materialised (only those rows): otherwise Spark pushes the caller's filter on
     # ``_reason`` below the join, and that filter would parse every record of the range.
@@ -239,23 +236,22 @@ def only_offsets(raw: DataFrame, offsets: str | list) -> DataFrame:
 
 
 def valid_rows(validated: DataFrame, ds: Dataset) -> DataFrame:
-    """The rows that passed, as the transform sees them: fields, then provenance."""
-    extra = ["_deleted"] if ds.kind == "changelog" else []
-    return validated.where(F.col("_reason").isNull()).select(*ds.fields, *extra, *PROVENANCE)
+    """The rows that passed, as the transform sees them (``loglake.contracts.valid_rows``):
+    fields, ``_deleted`` for a changelog, then provenance."""
+    return validated.where(F.col("_reason").isNull()).select(*contracts.valid_rows(ds).names)
 
 
 def quarantine_rows(validated: DataFrame, layer: str) -> DataFrame:
-    """The rows that failed, with raw bytes, reason and provenance."""
+    """The rows that failed, with raw bytes, reason and provenance (``loglake.contracts.QUARANTINE``)."""
+    made = {"_layer": F.lit(layer).alias("_layer"), "reason_code": F.col("_reason.code").alias("reason_code"),
+            "reason": F.col("_reason.message").alias("reason")}
     return validated.where(F.col("_reason").isNotNull()).select(
-        *PROVENANCE, F.lit(layer).alias("_layer"), "key", "value",
-        F.col("_reason.code").alias("reason_code"), F.col("_reason.message").alias("reason"))
+        *(made.get(c, c) for c in contracts.QUARANTINE.names))
 
 
-def empty_quarantine(spark, ds: Dataset, layer: str) -> DataFrame:
+def empty_quarantine(spark) -> DataFrame:
     """No rows, the quarantine table's schema (to create the table before its first row)."""
-    raw = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset long, "
-                                    "timestamp timestamp")
-    return quarantine_rows(validate(raw, ds), layer)
+    return spark.createDataFrame([], contracts.QUARANTINE.ddl)
 
 
 def apply_transform(valid: DataFrame, ds: Dataset) -> DataFrame:

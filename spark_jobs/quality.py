@@ -19,37 +19,22 @@ import os
 import re
 import sys
 import time
-import uuid
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset, Expectation
-from loglake.errors import ConfigError, LoglakeError, OffsetError
+from loglake.contracts import QUALITY_RESULTS
+from loglake.errors import ConfigError, OffsetError, QualityGateError
+from loglake.jobs import JobRequest
 from loglake.ledger import ledger_path
 from loglake.planning import Plan
-from loglake.results import QUALITY_RESULTS
-from spark_jobs.batch import range_predicate
-from spark_jobs.session import job_context, job_parser, run_main
+from spark_jobs import entry
+from spark_jobs.predicates import range_predicate
+from spark_jobs.system_tables import append, append_ledger
 
 SAMPLE = 10  # offsets shown per failed expectation
 _SEVERITY = {"fail": "critical", "warn": "warning"}  # GX's own FailureSeverity names
-RESULTS_SCHEMA = ("dataset string, topic string, ranges string, run_id string, expectation string, "
-                  "`column` string, severity string, success boolean, element_count long, "
-                  "unexpected_count long, observed string, sample_offsets string, published boolean")
-
-
-class QualityGateError(LoglakeError):
-    """A ``fail`` expectation failed: the range is written but not published."""
-
-    def __init__(self, dataset: str, failed: list[dict], run_id: str):
-        self.dataset = dataset
-        self.failed = failed
-        lines = [f"quality gate failed for {dataset} (run {run_id}): the batch watermark stays where it was"]
-        for f in failed:
-            lines.append(f"  {f['expectation']} on column {f['column']}: {f['unexpected_count']} unexpected of "
-                         f"{f['element_count']} rows; sample offsets {f['sample_offsets'] or '-'}")
-        super().__init__("\n".join(lines))
 
 
 def _class_name(expectation: str) -> str:
@@ -171,13 +156,9 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
     warned = [o for o in outcomes if not o["success"] and o["severity"] == "warn"]
     published = not failed
     ranges_json = json.dumps([{"partition": r.partition, "start": r.start, "end": r.end} for r in ranges])
-    if outcomes:
-        (spark.createDataFrame([(ds.name, ds.topic, ranges_json, run_id, o["expectation"], o["column"], o["severity"],
-                                 o["success"], o["element_count"], o["unexpected_count"], o["observed"],
-                                 o["sample_offsets"], published) for o in outcomes], RESULTS_SCHEMA)
-         .withColumn("validated_at", F.current_timestamp())
-         .write.format("delta").mode("append").option("mergeSchema", "true")
-         .save(config.system_table_path(QUALITY_RESULTS)))
+    append(spark, config, QUALITY_RESULTS, [
+        {**o, "dataset": ds.name, "topic": ds.topic, "ranges": ranges_json, "run_id": run_id, "published": published}
+        for o in outcomes], stamp="validated_at")
     if published:
         publish(spark, config, [written[r.partition] for r in ranges])
     result = {**summary, "published": published, "rows": count,
@@ -194,33 +175,17 @@ def _brief(o: dict) -> dict:
 
 def publish(spark: SparkSession, config: Config, written: list[dict]) -> None:
     """Append the written ranges to the ledger as published: the watermark may now pass them."""
-    from spark_jobs.batch import append_ledger
-
     append_ledger(spark, config, [{**w, "state": "published"} for w in written])
 
 
-def recompute_and_publish(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict:
-    """Write → audit → publish in one process: ``run_batch`` then ``run_quality``."""
-    from spark_jobs.batch import run_batch
-
-    summary = run_batch(spark, config, ds, plan, run_id)
-    return {**summary, "quality": run_quality(spark, config, ds, plan, run_id)}
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+    """The job under spark-submit: validate and publish what the batch job of ``request.run_id`` wrote."""
+    return run_quality(spark, config, ds, request.plan, request.run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = job_parser("quality", __doc__.splitlines()[0])
-    p.add_argument("--plan", required=True, help="the plan the batch job wrote (loglake.planning.Plan.to_json)")
-    p.add_argument("--run-id", required=True, help="the batch job's run id (its ledger rows)")
-    args = p.parse_args(argv)
-    plan = Plan.from_json(args.plan)
-    if plan.dataset != args.dataset:
-        p.error(f"--plan is for dataset {plan.dataset!r}, not {args.dataset!r}")
-    config, ds, spark = job_context(args, "quality")
-    summary = run_quality(spark, config, ds, plan, args.run_id or f"manual-{uuid.uuid4().hex[:12]}")
-    print(json.dumps(summary, default=str), flush=True)
-    spark.stop()
-    return 0
+    return entry.run("quality", argv, run_job)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    sys.exit(main())

@@ -15,18 +15,16 @@ from typing import Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from loglake.config import Config, Dataset
+from loglake.contracts import LEDGER
 from loglake.errors import ConfigError
-from loglake.ledger import ledger_path
-from loglake.planning import compute_watermarks
+from loglake.kafka_admin import log_bounds
+from loglake.ledger import compute_watermarks, ledger_path
+from loglake.planning import parse_timestamp
+from loglake.tables import open_table
+from spark_jobs.delta_io import table_exists
+from spark_jobs.predicates import below_watermark
 
 _VERSION = re.compile(r"^\d+$")
-
-
-def below_watermark(watermarks: Mapping[int, int]) -> str:
-    """SQL predicate: the row's offset is below its partition's watermark."""
-    if not watermarks:
-        return "false"
-    return " OR ".join(f"(_partition = {p} AND _offset < {w})" for p, w in sorted(watermarks.items()))
 
 
 def _layers_union(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
@@ -65,8 +63,6 @@ def version_at(path: str, timestamp_ms: int) -> int | None:
     Unlike Delta's ``TIMESTAMP AS OF``, a time after the last commit is fine: the table
     then was what its last commit made it.
     """
-    from loglake.tables import open_table
-
     table = open_table(path)
     if table is None:
         return None
@@ -80,28 +76,19 @@ def _as_of_clause(path: str, as_of: str | None) -> str | None:
         return ""
     if _VERSION.match(as_of):
         return f" VERSION AS OF {int(as_of)}"
-    from loglake.planning import parse_timestamp
-
     version = version_at(path, parse_timestamp(as_of, "--as-of"))
     return None if version is None else f" VERSION AS OF {version}"
-
-
-def _exists(spark: SparkSession, path: str) -> bool:
-    from spark_jobs.delta_io import table_exists
-
-    return table_exists(spark, path)
 
 
 def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str | None = None) -> dict[int, int]:
     """Watermarks from the ledger (as of a timestamp, for a consistent time-travel view)."""
     path = ledger_path(config)
-    clause = _as_of_clause(path, as_of) if _exists(spark, path) else None
+    clause = _as_of_clause(path, as_of) if table_exists(spark, path) else None
     if clause is None:
         return {}
-    sql = f"SELECT * FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' " \
-          f"AND topic = '{ds.topic}'"
-    from loglake.kafka_admin import watermarks as log_state
-    earliest = {p: lo for p, (lo, _hi) in log_state(config, ds.topic).items()}
+    columns = ", ".join(f"`{c}`" for c in LEDGER.contract.names)
+    sql = f"SELECT {columns} FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' AND topic = '{ds.topic}'"
+    earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()], earliest)
 
 
@@ -122,7 +109,7 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
             if name is None:
                 continue
             path = config.table_path(ds, layer)
-            if not _exists(spark, path):
+            if not table_exists(spark, path):
                 continue
             clause = _as_of_clause(path, as_of)
             if clause is None:  # the table did not exist yet at that time

@@ -21,48 +21,33 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.config import Config, Dataset
+from loglake.jobs import JobRequest
 from loglake.kafka_admin import commit_group_offsets, list_topics
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.ledger import batch_watermarks
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
-from spark_jobs import delta_io, parse
-from spark_jobs.session import job_context, job_parser
-
-
-def kafka_source_options(config: Config, topic: str) -> dict[str, str]:
-    """Options of Spark's Kafka source shared by the speed and batch layers."""
-    opts = {
-        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
-        "subscribe": topic,
-        # A gap in the log is data loss: fail loudly rather than skip.
-        "failOnDataLoss": "true",
-        "includeHeaders": "false",
-    }
-    opts.update({f"kafka.{k}": v for k, v in config.kafka.spark.items()})
-    return opts
+from spark_jobs import delta_io, entry, parse
+from spark_jobs.kafka_source import source_options
 
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
-                  batch_id: int) -> dict | None:
+                  batch_id: int) -> None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones; only when there are some does a second pass (which
     re-reads the batch but validates only the quarantined offsets the first one noted)
     append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
-    use the valid rows twice (append, MERGE), so they cache them. Returns the counts, or
-    None for a batch replayed after a crash (its valid rows had landed: every write
-    below is skipped or completed by its transaction id).
+    use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
+    a crash whose valid rows had landed skips the count (the append would be skipped, so
+    nothing would be counted) and appends its quarantine by transaction id.
     """
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
     validated = parse.validate(batch, ds)
     if ds.kind == "changelog":
         validated = validated.persist()
     try:
-        valid = parse.apply_transform(parse.valid_rows(validated, ds), ds)
         landed = delta_io.committed_version(speed_path, app_id)
-        counts = None
         if landed is not None and landed >= batch_id:
-            # A replay: the append below would be skipped, so nothing would be counted.
             delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id)
         else:
             observed, observation = parse.counted(validated)
@@ -72,9 +57,9 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             if counts["quarantined"]:
                 bad = parse.validate(parse.only_offsets(batch, counts["bad"]), ds)
                 delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id)
-        if ds.kind == "changelog":
-            delta_io.merge_latest(spark, valid, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
-        return counts and {k: v for k, v in counts.items() if k != "bad"}
+        if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
+            changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
+            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -155,8 +140,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
-    delta_io.create_if_missing(parse.empty_quarantine(spark, ds, "speed"), config.table_path(ds, "quarantine"))
-    reader = spark.readStream.format("kafka").options(**kafka_source_options(config, topic))
+    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"))
+    reader = spark.readStream.format("kafka").options(**source_options(config, topic))
     reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
     reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
     source = reader.load()
@@ -241,19 +226,16 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     return {**json.loads(last_json), "_batches": batches}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = job_parser("speed", __doc__.splitlines()[0])
-    p.add_argument("--available-now", action="store_true", help="process what the topic holds now, then exit")
-    p.add_argument("--progress-file")
-    args = p.parse_args(argv)
-    config, ds, spark = job_context(args, "speed")
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+    """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds)."""
     started = time.monotonic()
-    last = run_speed(spark, config, ds, available_now=args.available_now,
-                     progress_file=Path(args.progress_file) if args.progress_file else None)
-    print(json.dumps({"dataset": ds.name, "seconds": round(time.monotonic() - started, 3),
-                      **_summary(last)}))
-    spark.stop()  # drains the listener bus before Python goes away
-    return 0
+    last = run_speed(spark, config, ds, available_now=request.available_now,
+                     progress_file=Path(request.progress_file) if request.progress_file else None)
+    return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **_summary(last)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.run("speed", argv, run_job)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loglake.config import Config, load_config
-from loglake.sandbox import write_conf  # noqa: F401 (tests import it from here)
+from loglake.sandbox import write_conf
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 

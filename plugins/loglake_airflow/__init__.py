@@ -8,14 +8,18 @@ at import time: configuration is loaded when a task runs.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
-# Every loglake task: retried (a broker restart or a Spark OOM is worth a second try;
-# invalid input fails at once through AirflowFailException), owned and bounded in time.
+# Every loglake task: retried after a transient failure (the broker restarting, a Delta
+# conflict that outlasted the job's own retries, a Spark OOM), with exponential backoff
+# from LOGLAKE_RETRY_DELAY_SECONDS (60 by default); a permanent one (invalid input, data
+# loss, a failed quality gate) fails at once through AirflowFailException. Owned and
+# bounded in time.
 DEFAULT_ARGS = {
     "owner": "loglake",
     "retries": 2,
-    "retry_delay": timedelta(minutes=1),
+    "retry_delay": timedelta(seconds=float(os.environ.get("LOGLAKE_RETRY_DELAY_SECONDS", "60"))),
     "retry_exponential_backoff": True,
     "execution_timeout": timedelta(hours=2),
 }

@@ -11,7 +11,6 @@ import logging
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from loglake_airflow.operators import arg_value
 from loglake_airflow.plans import or_fail
 
 log = logging.getLogger(__name__)
@@ -25,11 +24,12 @@ def diff_after_batch(args: list[str]) -> list[dict]:
     """
     from loglake.config import load_config
     from loglake.diff import diff_plan, format_diff
-    from loglake.planning import Plan
+    from loglake.jobs import JobRequest
 
+    request = or_fail(JobRequest.parse, "batch", args)
     config = or_fail(load_config)
-    ds = or_fail(config.dataset, arg_value(args, "--dataset"))
-    diffs = diff_plan(config, ds, Plan.from_json(arg_value(args, "--plan")))
+    ds = or_fail(config.dataset, request.dataset)
+    diffs = or_fail(diff_plan, config, ds, request.plan)
     for d in diffs:
         log.info("%s", "\n".join(format_diff(d)))
     return diffs
@@ -43,10 +43,12 @@ def audit(args: list[str]) -> dict:
     """
     from loglake.audit import audit_dataset, format_audit
     from loglake.config import load_config
+    from loglake.jobs import JobRequest
 
+    request = or_fail(JobRequest.parse, "maintenance", args)
     config = or_fail(load_config)
-    ds = or_fail(config.dataset, arg_value(args, "--dataset"))
-    result = audit_dataset(config, ds, arg_value(args, "--run-id"))
+    ds = or_fail(config.dataset, request.dataset)
+    result = or_fail(audit_dataset, config, ds, request.run_id)
     lines = format_audit(result)
     log.info("%s", "\n".join(lines))
     if not result["ok"]:

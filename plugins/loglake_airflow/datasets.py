@@ -1,15 +1,25 @@
 """Dataset names known to the DAG files, and the Airflow Assets of their tables.
 
-DAG files may not read ``conf/`` when they are parsed, so the names offered by the
-backfill form are kept here, in one constant; a test asserts it equals the datasets
-in ``conf/datasets``. Tasks use the configuration itself at run time.
+DAG files may not read ``conf/`` when they are parsed, so the dataset names the backfill
+form offers come from the environment: ``LOGLAKE_DATASETS`` (comma-separated), which
+``loglake.airflow_embedded.airflow_env`` sets from ``conf/datasets`` for every Airflow
+process it starts (``loglake up`` restarts Airflow when that list changes). Tasks use the
+configuration itself at run time, and reject a name it does not know.
 """
 
 from __future__ import annotations
 
+import os
+
 from airflow.sdk import Asset, AssetAlias
 
-DATASETS: tuple[str, ...] = ("company_ceos", "job_views")
+DATASETS_ENV = "LOGLAKE_DATASETS"
+
+
+def dataset_names() -> list[str]:
+    """The configured datasets' names, in the environment's order (events datasets first:
+    the form's default is the first); empty when Airflow was not started by loglake."""
+    return [n.strip() for n in os.environ.get(DATASETS_ENV, "").split(",") if n.strip()]
 
 # The Spark tasks' outlet: which tables a run wrote is known only when it runs (the
 # planned datasets, the chosen dataset), so each task emits events for exactly those

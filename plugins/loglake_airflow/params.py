@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
-from loglake_airflow.datasets import DATASETS
+from loglake_airflow.datasets import dataset_names
 
 # PARTITION:START-END, non-negative integers; the half-open range [START, END).
 RANGE_PATTERN = r"^\s*\d+\s*:\s*\d+\s*-\s*\d+\s*$"
 
 
 def backfill_params() -> dict[str, Param]:
+    names = dataset_names()
+    # A list to choose from when the configured datasets are known (LOGLAKE_DATASETS), else
+    # a name that the plan task checks against the configuration.
+    choice = {"enum": names} if names else {"minLength": 1}
     return {
         "dataset": Param(
-            "job_views", type="string", enum=list(DATASETS), title="Dataset",
+            names[0] if names else None, type="string", title="Dataset", **choice,
             description="The dataset whose batch table is recomputed (conf/datasets/<name>.yaml).",
         ),
         "ranges": Param(

@@ -19,17 +19,22 @@ log = logging.getLogger(__name__)
 
 def job_args(plan, run_id: str) -> list[str]:
     """``spark_jobs/batch.py`` arguments for ``plan``; ``run_id`` is recorded in the ledger."""
-    return ["--dataset", plan.dataset, "--plan", plan.to_json(), "--run-id", run_id]
+    from loglake.jobs import JobRequest
+
+    return JobRequest("batch", plan.dataset, plan, run_id).argv()
 
 
 def or_fail(fn: Callable, *args, **kwargs) -> Any:
-    """Call ``fn``; errors that a retry cannot fix fail the task without retrying."""
-    from loglake.errors import ConfigError, DataLossError, OffsetError
-    from loglake.planning import ParamError
+    """Call ``fn``; a permanent loglake error (bad input, data loss, ...) fails the task
+    without retrying, a transient one (the broker is unavailable, ...) goes up as it is and
+    gets the retries the task declares."""
+    from loglake.errors import LoglakeError
 
     try:
         return fn(*args, **kwargs)
-    except (ParamError, ConfigError, DataLossError, OffsetError) as e:
+    except LoglakeError as e:
+        if e.transient:
+            raise
         raise AirflowFailException(str(e)) from e
 
 
@@ -40,7 +45,7 @@ def batch_args(run_id: str) -> list[list[str]]:
     from loglake.planning import plan_batch
 
     config = or_fail(load_config)
-    topics = list_topics(config)
+    topics = or_fail(list_topics, config)
     out = []
     for ds in config.datasets.values():
         if ds.topic not in topics:
@@ -63,7 +68,7 @@ def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
 
     config = or_fail(load_config)
     ds = or_fail(config.dataset, params["dataset"])
-    if ds.topic not in list_topics(config):
+    if ds.topic not in or_fail(list_topics, config):
         raise AirflowFailException(f"dataset: the topic {ds.topic} of {ds.name} does not exist on "
                                    f"{config.kafka.bootstrap_servers}: there is nothing to backfill")
     plan = or_fail(plan_backfill, config, ds, ranges=list(params.get("ranges") or []) or None,

@@ -10,13 +10,14 @@ import pytest
 from confluent_kafka import Producer
 
 from loglake.audit import audit_dataset, format_audit
-from loglake.kafka_admin import ensure_topic, watermarks
+from loglake.kafka_admin import ensure_topic, log_bounds
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan, plan_batch
 from loglake.produce import generate, produce
-from loglake.results import AUDIT_RESULTS, last_audit
+from loglake.contracts import AUDIT_RESULTS
+from loglake.results import last_audit
 from loglake.tables import open_table, query
-from spark_jobs.quality import recompute_and_publish
+from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def build_half(spark, config, ds) -> None:
     """Speed over the whole log; batch over the first half of every partition."""
     run_speed(spark, config, ds, available_now=True)
     half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, lo + (hi - lo) // 2)
-                               for p, (lo, hi) in watermarks(config, ds.topic).items()))
+                               for p, (lo, hi) in log_bounds(config, ds.topic).items()))
     recompute_and_publish(spark, config, ds, half, "half")
 
 
@@ -108,7 +109,7 @@ def test_non_contiguous_offsets_are_read_from_the_log(spark, make_config):
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
-    span = sum(hi - lo for lo, hi in watermarks(config, topic).values())
+    span = sum(hi - lo for lo, hi in log_bounds(config, topic).values())
     assert span > len(records)  # the markers take offsets
     build_half(spark, config, ds)
     result = audit_dataset(config, ds, record=False)

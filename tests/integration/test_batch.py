@@ -11,20 +11,23 @@ from pyspark.sql import functions as F
 
 from loglake.config import load_config
 from loglake.errors import DataLossError
-from loglake.kafka_admin import admin, dataset_state, ensure_topic, watermarks
+from loglake.kafka_admin import admin, dataset_state, ensure_topic, log_bounds
+from loglake.jobs import JobRequest
 from loglake.launch import job_env, spark_submit
 from loglake.ledger import ledger_rows
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.ledger import batch_watermarks
 from loglake.offsets import OffsetRange
-from loglake.planning import ParamError, Plan, plan_backfill, plan_batch
+from loglake.errors import ParamError
+from loglake.planning import Plan, plan_backfill, plan_batch
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
 from spark_jobs.batch import recompute_from_log, run_batch
-from spark_jobs.quality import recompute_and_publish, run_quality
+from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.quality import run_quality
 from spark_jobs.serving import serving_view
 from spark_jobs.speed import run_speed
 
-from tests.conftest import write_conf
+from loglake.sandbox import write_conf
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +38,7 @@ def row_hashes(spark, path) -> list[str]:
 
 
 def full_log(config, ds) -> Plan:
-    return Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in watermarks(config, ds.topic).items()))
+    return Plan(ds.name, tuple(OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in log_bounds(config, ds.topic).items()))
 
 
 def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_config):
@@ -53,7 +56,7 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     assert len(hashes[0]) == res.good and len(hashes[1]) == res.bad
     recompute_and_publish(spark, config, ds, plan, "run-2")
     assert (row_hashes(spark, batch_path), row_hashes(spark, q_path)) == hashes
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e > 0}
     ledger = ledger_rows(config, ds)
     assert {(r["run_id"], r["state"]) for r in ledger} == {(f"run-{i}", s) for i in (1, 2) for s in ("written", "published")}
@@ -68,7 +71,7 @@ def test_backfill_replaces_only_its_range(spark, make_config):
     produce(config, ds, 600, seed=52)
     run_batch(spark, config, ds, plan_batch(config, ds), "all")
     before = row_hashes(spark, config.table_path(ds, "batch"))
-    end0 = watermarks(config, ds.topic)[0][1]
+    end0 = log_bounds(config, ds.topic)[0][1]
     plan = plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"])
     assert plan.ranges == (OffsetRange(ds.topic, 0, 0, end0 // 2),)
     run_batch(spark, config, ds, plan, "backfill")
@@ -106,7 +109,7 @@ def test_killed_mid_write_then_rerun_is_identical(spark, make_config, kafka_boot
     other = load_config(write_conf(tmp_path / "b", kafka_bootstrap, topic_suffix=suffix), home=tmp_path / "b" / "state")
     batch_dir = Path(other.table_path(ds, "batch"))
     proc = Managed(other.home, "batch-job_views")
-    proc.start(spark_submit(other, "batch", ["--dataset", ds.name, "--plan", plan.to_json(), "--run-id", "killed"]),
+    proc.start(spark_submit(other, JobRequest("batch", ds.name, plan, "killed")),
                env=job_env(other))
     try:
         wait_for(lambda: any(batch_dir.glob("*.parquet")), 180, "the batch job to start writing", 0.05, log=proc)
@@ -121,16 +124,16 @@ def test_killed_mid_write_then_rerun_is_identical(spark, make_config, kafka_boot
 
 
 def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config):
-    from loglake.cli import speed_command
+    from loglake.streams import SpeedStream
 
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 3000, bad_fraction=0.05, seed=56)
     # Batch covers the first half of every partition; speed covers everything, and keeps running.
-    half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in watermarks(config, ds.topic).items()))
+    half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in log_bounds(config, ds.topic).items()))
     recompute_and_publish(spark, config, ds, half, "half")
     proc = Managed(config.home, "speed-job_views")
-    proc.start(speed_command(config, ds, available_now=False), env=job_env(config))
+    proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
     try:
         produce(config, ds, 1000, bad_fraction=0.05, seed=57)
 
@@ -164,7 +167,7 @@ def test_offsets_deleted_by_retention_are_a_data_loss_error(spark, make_config):
     deleted = {tp.partition: 5 for tp in [TopicPartition(ds.topic, 0)]}
     for fut in client.delete_records([TopicPartition(ds.topic, 0, 5)]).values():
         fut.result(timeout=30)
-    assert watermarks(config, ds.topic)[0][0] == deleted[0]
+    assert log_bounds(config, ds.topic)[0][0] == deleted[0]
     with pytest.raises(DataLossError) as e:
         run_batch(spark, config, ds, plan, "lossy")
     assert (e.value.topic, e.value.partition, e.value.missing_start, e.value.missing_end) == (ds.topic, 0, 0, 5)

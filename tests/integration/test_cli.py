@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from loglake.embedded_kafka import free_port
-from loglake.kafka_admin import group_offsets, watermarks
+from loglake.kafka_admin import group_offsets, log_bounds
 from loglake.processes import Managed, wait_for
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
     assert r.returncode == 0, r.stderr + r.stdout
     proc = Managed(config.home, "speed-job_views")
     try:
-        ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+        ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
                  "the stream's committed position to reach the log end", log=proc)
         status = loglake(config, "speed", "status", "job_views")
@@ -57,7 +57,7 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
 
         # New records are picked up by the running stream.
         loglake(config, "produce", "job_views", "--count", "100", "--seed", "8", "--quiet")
-        ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+        ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
                  "the stream to pick up new records", log=proc)
     finally:
@@ -101,13 +101,13 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
 
 
 def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config):
-    from loglake.ledger import watermarks as batch_watermarks
+    from loglake.ledger import batch_watermarks
     from loglake.produce import produce
 
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 300, bad_fraction=0.1, seed=8)
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     r = loglake(config, "batch", "job_views", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "batch plan for job_views: 6 range(s), 300 offset(s)" in r.stdout

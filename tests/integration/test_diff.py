@@ -8,10 +8,11 @@ import pytest
 from delta.tables import DeltaTable
 
 from loglake.diff import diff_plan, diff_range, format_diff
-from loglake.planning import ParamError, plan_batch
+from loglake.errors import ParamError
+from loglake.planning import plan_batch
 from loglake.produce import produce
 from loglake.tables import open_table, query
-from spark_jobs.quality import recompute_and_publish
+from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 
 from tests.integration.test_audit import loglake

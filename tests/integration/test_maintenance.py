@@ -10,15 +10,15 @@ import yaml
 from pyspark.sql import functions as F
 
 from loglake.config import load_config
-from loglake.kafka_admin import watermarks
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.kafka_admin import log_bounds
+from loglake.ledger import batch_watermarks
 from loglake.planning import plan_batch
 from loglake.processes import wait_for
 from loglake.produce import produce
 from loglake.results import last_maintenance
 from loglake.tables import open_table
 from spark_jobs import delta_io
-from spark_jobs.quality import recompute_and_publish
+from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.serving import serving_view
 from spark_jobs.speed import run_speed, start_stream
@@ -43,7 +43,7 @@ def offsets(df) -> list[tuple[int, int]]:
 
 def log_offsets(config, topic: str) -> list[tuple[int, int]]:
     # An idempotent, non-transactional producer writes contiguous offsets.
-    return sorted((p, o) for p, (lo, hi) in watermarks(config, topic).items() for o in range(lo, hi))
+    return sorted((p, o) for p, (lo, hi) in log_bounds(config, topic).items() for o in range(lo, hi))
 
 
 def landed(spark, config, ds):

@@ -8,13 +8,16 @@ import pytest
 
 from loglake.errors import ConfigError
 from loglake.ledger import ledger_rows
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.ledger import batch_watermarks
 from loglake.planning import plan_batch
 from loglake.produce import produce
 from loglake.results import data_docs_dir, last_quality
 from loglake.tables import open_table, query
 from spark_jobs.batch import run_batch
-from spark_jobs.quality import QualityGateError, recompute_and_publish, run_quality
+from loglake.contracts import QUALITY_RESULTS
+from loglake.errors import QualityGateError
+from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.quality import run_quality
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +68,7 @@ def test_failing_warn_expectation_publishes_and_is_recorded(spark, make_config):
     assert summary["quality"]["published"] and summary["quality"]["rows"] == 300
     assert [w["column"] for w in summary["quality"]["warned"]] == ["duration_ms"]
     assert batch_watermarks(config, ds) == {r.partition: r.end for r in plan.ranges if r.size}
-    results = query(open_table(config.system_table_path("_quality_results")),
+    results = query(open_table(config.system_table_path(QUALITY_RESULTS)),
                     "SELECT expectation, severity, success, unexpected_count, observed, published FROM t "
                     "ORDER BY expectation")
     assert [(r["expectation"], r["severity"], r["success"], r["published"]) for r in results] == [

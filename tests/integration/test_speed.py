@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.kafka_admin import group_offsets, watermarks
+from loglake.kafka_admin import group_offsets, log_bounds
 from loglake.launch import job_env
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
@@ -22,7 +22,7 @@ def read(spark, config, ds, layer):
 
 def log_record_count(config, topic) -> int:
     # An idempotent, non-transactional producer writes contiguous offsets: the log holds end - earliest.
-    return sum(hi - lo for lo, hi in watermarks(config, topic).values())
+    return sum(hi - lo for lo, hi in log_bounds(config, topic).values())
 
 
 def assert_exactly_once(spark, config, ds, good: int, bad: int) -> None:
@@ -52,7 +52,7 @@ def test_speed_lands_every_offset_once(spark, make_config):
     assert reasons <= {"bad_json", "null_value", "not_an_object", "missing_field", "wrong_type", "out_of_domain"}
     assert len(reasons) >= 4
     # The position is committed to the dataset's consumer group, so lag tools see it.
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     assert group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends
 
     # More data later: the stream resumes where it stopped, still exactly once.
@@ -87,14 +87,15 @@ def test_lost_checkpoint_resumes_after_landed_offsets(spark, make_config):
 
 
 def test_sigkill_mid_stream_then_restart_is_exact(spark, make_config):
-    from loglake.cli import speed_command
+    from loglake.launch import spark_submit
+    from loglake.streams import SpeedStream
 
     # Small micro-batches so the kill lands while batches are being written.
     config = make_config(speed={"max_offsets_per_trigger": 200, "trigger_interval": "100 milliseconds"})
     ds = config.dataset("job_views")
     res = produce(config, ds, 5_000, bad_fraction=0.05, seed=31)
     proc = Managed(config.home, "speed-job_views")
-    proc.start(speed_command(config, ds, available_now=False), env=job_env(config))
+    proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
     speed_log = Path(config.table_path(ds, "speed")) / "_delta_log"
 
     def some_batches_committed():

@@ -15,15 +15,16 @@ import pytest
 
 from loglake import paths
 from loglake.config import load_config
-from loglake.kafka_admin import ensure_topic, watermarks
+from loglake.kafka_admin import ensure_topic, log_bounds
 from loglake.planning import plan_backfill
 from loglake.produce import produce
-from loglake.results import QUALITY_RESULTS, data_docs_dir
+from loglake.contracts import QUALITY_RESULTS
+from loglake.results import data_docs_dir
 from loglake.status import dataset_status, format_status
-from spark_jobs.quality import recompute_and_publish
+from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 
-from tests.conftest import write_conf
+from loglake.sandbox import write_conf
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +82,7 @@ def state(spark, kafka_bootstrap, tmp_path_factory):
     t0 = time.time()
     produce(config, ds, 600, seed=71)
     run_speed(spark, config, ds, available_now=True)
-    end0 = watermarks(config, ds.topic)[0][1]
+    end0 = log_bounds(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-test")
     produce(config, ds, 300, seed=72)
     write_quality_row(config, ds, published=True)

@@ -19,7 +19,7 @@ import pytest
 from loglake.airflow_embedded import airflow_bin, airflow_env
 from loglake.config import load_config
 
-from tests.conftest import write_conf
+from loglake.sandbox import write_conf
 
 
 @dataclass

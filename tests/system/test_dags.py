@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.kafka_admin import watermarks
+from loglake.kafka_admin import log_bounds
 from loglake.ledger import ledger_rows
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.ledger import batch_watermarks
 from loglake.produce import produce
 from loglake.results import last_maintenance
 from loglake.tables import open_table, query
@@ -57,7 +57,7 @@ def test_backfill_recomputes_exactly_the_requested_ranges(make_config, airflow_d
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 600, bad_fraction=0.1, seed=41, progress=False)
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     a, b = sorted(ends, key=ends.get)[-2:]
     ranges = [(a, 0, ends[a]), (b, 5, ends[b] - 5)]
 
@@ -136,7 +136,7 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 500, bad_fraction=0.05, seed=5, progress=False)
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
 
     run = airflow_db.dags_test(config, "loglake_batch")
     report("batch", run)

@@ -21,12 +21,12 @@ import yaml
 from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow, _alive, _descendants
 from loglake.config import load_config
 from loglake.embedded_kafka import free_port
-from loglake.kafka_admin import watermarks
-from loglake.ledger import watermarks as batch_watermarks
+from loglake.kafka_admin import log_bounds
+from loglake.ledger import batch_watermarks
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
 
-from tests.conftest import write_conf
+from loglake.sandbox import write_conf
 
 pytestmark = pytest.mark.system
 
@@ -91,7 +91,7 @@ def test_up_status_batch_run_down(platform_config):
 
     # A batch run through the scheduler and a LocalExecutor worker, as a user triggers it.
     produce(config, ds, 300, bad_fraction=0.1, seed=9, progress=False)
-    ends = {p: hi for p, (_lo, hi) in watermarks(config, ds.topic).items()}
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     token = af.token()
     wait_for(lambda: rest(af, "/api/v2/dags/loglake_batch", token).get("is_paused") is False, 60,
              "loglake_batch to be parsed, unpaused")

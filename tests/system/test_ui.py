@@ -22,7 +22,7 @@ from loglake.config import load_config
 from loglake.embedded_kafka import free_port
 from loglake.processes import wait_for
 
-from tests.conftest import write_conf
+from loglake.sandbox import write_conf
 from tests.system.browser import Browser
 
 pytestmark = pytest.mark.system
@@ -124,11 +124,11 @@ def loglake_page_values(b: Browser) -> dict[tuple, str]:
 
 
 def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
-    from loglake.kafka_admin import ensure_topic, watermarks
+    from loglake.kafka_admin import ensure_topic, log_bounds
     from loglake.planning import plan_backfill
     from loglake.produce import produce
     from loglake.status import dataset_status, format_status
-    from spark_jobs.quality import recompute_and_publish
+    from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.speed import run_speed
 
     config = airflow.config
@@ -137,7 +137,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
         ensure_topic(config, d)
     produce(config, ds, 400, seed=81)
     run_speed(spark, config, ds, available_now=True)
-    end0 = watermarks(config, ds.topic)[0][1]
+    end0 = log_bounds(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
     from loglake.audit import audit_dataset
     assert audit_dataset(config, ds, "ui-audit")["ok"]

@@ -10,6 +10,7 @@ import yaml
 
 from loglake import paths
 from loglake.config import load_config
+from loglake.contracts import QUALITY_RESULTS
 from loglake.errors import ConfigError
 
 
@@ -39,7 +40,7 @@ def test_shipped_config_loads(conf):
     assert [(e.label, e.severity) for e in jv.quality] == [
         ("expect_column_values_to_be_unique(view_id)", "fail"),
         ("expect_column_values_to_be_between(duration_ms)", "warn")]
-    assert c.system_table_path("_quality_results") == "/tmp/x/lake/_quality_results"
+    assert c.system_table_path(QUALITY_RESULTS) == "/tmp/x/lake/_quality_results"
 
 
 def test_topic_defaults_to_dataset_name(conf):
@@ -153,3 +154,30 @@ def test_invalid_yaml_names_file(conf):
 def test_unknown_dataset_lists_known(conf):
     with pytest.raises(ConfigError, match="known datasets: company_ceos, job_views"):
         load_config(conf).dataset("nope")
+
+
+def test_provenance_columns_are_the_tables_own(conf):
+    """Quality and Z-order may name the provenance columns every table has (``_kafka_timestamp``),
+    and only those: ``_timestamp`` is no column of any table, so config load refuses it."""
+    from loglake.contracts import PROVENANCE
+
+    path = conf / "datasets" / "job_views.yaml"
+
+    def use(column):
+        def fn(d):
+            d["quality"] = [{"expectation": "expect_column_values_to_not_be_null", "column": column}]
+            d["maintenance"] = {"zorder_by": [column]}
+        return fn
+
+    assert "_kafka_timestamp" in PROVENANCE.names
+    edit(path, use("_kafka_timestamp"))
+    jv = load_config(conf).dataset("job_views")
+    assert jv.quality[0].column == "_kafka_timestamp" and jv.maintenance.zorder_by == ["_kafka_timestamp"]
+    edit(path, use("_timestamp"))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.key == "quality.0.column" and "_kafka_timestamp" in str(e.value)
+    edit(path, lambda d: d.pop("quality"))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.key == "maintenance.zorder_by.0"

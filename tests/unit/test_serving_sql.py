@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from spark_jobs.serving import below_watermark, changelog_view_sql, events_view_sql
+from spark_jobs.predicates import below_watermark
+from spark_jobs.serving import changelog_view_sql, events_view_sql
 
 
 def test_below_watermark_predicate():

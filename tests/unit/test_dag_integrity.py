@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from loglake import paths
+from loglake.airflow_embedded import dataset_names
 from loglake.config import load_config
 
 DAGS_DIR = paths.REPO_ROOT / "dags"
@@ -42,6 +43,8 @@ def airflow_libraries(tmp_path_factory):
         mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_DIR))
         mp.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", str(PLUGINS_DIR))
+        # What loglake.airflow_embedded.airflow_env gives every Airflow process it starts.
+        mp.setenv("LOGLAKE_DATASETS", ",".join(dataset_names(load_config(paths.REPO_ROOT / "conf", profile="local"))))
         mp.syspath_prepend(str(PLUGINS_DIR))
         import airflow.sdk  # noqa: F401
         import airflow.sdk.exceptions  # noqa: F401
@@ -136,21 +139,36 @@ def test_every_dag_has_tags_retries_doc_and_no_catchup(dags):
             assert t.retries >= 1, f"{dag_id}.{t.task_id} has retries={t.retries}"
 
 
-def test_dataset_constant_equals_the_datasets_in_conf():
-    from loglake_airflow.datasets import DATASETS
+def test_the_dags_know_every_dataset_in_conf_from_the_environment(tmp_path, monkeypatch):
+    """A new dataset is one file: conf/datasets/<name>.yaml reaches the backfill form through
+    the environment Airflow is started with, never through a list kept by hand."""
+    import shutil
 
-    config = load_config(paths.REPO_ROOT / "conf", profile="local")
-    assert sorted(DATASETS) == sorted(config.datasets)
-    assert list(DATASETS) == sorted(DATASETS)
+    from loglake_airflow.datasets import dataset_names as dag_datasets
+
+    conf = tmp_path / "conf"
+    shutil.copytree(paths.REPO_ROOT / "conf", conf)
+    (conf / "datasets" / "page_clicks.yaml").write_text(
+        "partitions: 2\nkey: click_id\ntransform: spark_jobs.transforms:identity\n"
+        "schema:\n  click_id: {type: string}\n  page: {type: string}\n")
+    config = load_config(conf, profile="local")
+    names = dataset_names(config)
+    assert sorted(names) == sorted(config.datasets) and "page_clicks" in names
+    assert names[0] != "company_ceos"  # events first: the form's default is one a range backfill applies to
+    monkeypatch.setenv("LOGLAKE_DATASETS", ",".join(names))
+    assert dag_datasets() == names
+    module, _seconds, calls = import_dag_file(DAGS_DIR / "loglake_backfill.py")
+    assert calls == []
+    assert module.dag.params.get_param("dataset").schema["enum"] == names
 
 
 def test_backfill_form_params_are_typed(dags):
     from airflow.sdk.exceptions import ParamValidationError
-    from loglake_airflow.datasets import DATASETS
 
     params = dags["loglake_backfill"].params
     assert set(params.keys()) == {"dataset", "ranges", "from_ts", "to_ts", "dry_run"}
-    assert params.get_param("dataset").schema["enum"] == list(DATASETS)
+    assert sorted(params.get_param("dataset").schema["enum"]) == ["company_ceos", "job_views"]
+    assert params.get_param("dataset").value == "job_views"
     ranges = params.get_param("ranges")
     assert ranges.resolve(["0:100-200", " 3 : 0 - 7 "]) == ["0:100-200", " 3 : 0 - 7 "]
     assert ranges.resolve(None) is None  # optional: a time window instead

@@ -1,0 +1,76 @@
+"""The speed layer's streams as background processes: start, stop, state, one-off runs.
+
+Each dataset's stream is ``spark_jobs/speed.py`` under spark-submit, kept alive by
+``loglake.processes.supervise`` (restarts with backoff; the checkpoint makes a restart
+cost time, never data), with its pid and log under the state directory and its latest
+progress in ``run/speed-<dataset>.progress.json``. Used by ``loglake speed``, ``loglake
+up|down|status`` and the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from loglake.config import Config, Dataset
+from loglake.jobs import JobRequest
+from loglake.launch import JobOutcome, job_env, run_job, spark_submit
+from loglake.processes import Managed, wait_for
+
+
+@dataclass(frozen=True)
+class SpeedStream:
+    """The background speed stream of one dataset."""
+
+    config: Config
+    ds: Dataset
+
+    @property
+    def process(self) -> Managed:
+        return Managed(self.config.home, f"speed-{self.ds.name}")
+
+    @property
+    def progress_file(self) -> Path:
+        return self.config.home / "run" / f"speed-{self.ds.name}.progress.json"
+
+    def request(self, available_now: bool) -> JobRequest:
+        return JobRequest("speed", self.ds.name, available_now=available_now, progress_file=str(self.progress_file))
+
+    def pid(self) -> int | None:
+        return self.process.pid()
+
+    def start(self) -> tuple[int, bool]:
+        """Start the supervised stream unless it runs; (pid, whether it was started now)."""
+        running = self.pid()
+        if running:
+            return running, False
+        self.progress_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "loglake.processes", *spark_submit(self.config, self.request(False))]
+        return self.process.start(cmd, env=job_env(self.config)), True
+
+    def stop(self) -> bool:
+        """Stop the stream's whole process group; whether it was running."""
+        return self.process.stop()
+
+    def wait_first_batch(self, timeout: float) -> None:
+        """Wait until the stream reported a micro-batch (its progress file exists)."""
+        wait_for(self.progress_file.exists, timeout, f"speed {self.ds.name} first batch", log=self.process)
+
+    def progress(self) -> dict | None:
+        """The stream's latest micro-batch progress (Spark's StreamingQueryProgress as JSON)."""
+        try:
+            return json.loads(self.progress_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def run_available_now(self) -> JobOutcome:
+        """Process what the topic holds now under spark-submit, then return (the stream's own checkpoint)."""
+        return run_job(self.config, self.request(True))
+
+
+def streams(config: Config, name: str | None = None) -> list[SpeedStream]:
+    """The stream of dataset ``name``, or of every dataset."""
+    datasets = [config.dataset(name)] if name else list(config.datasets.values())
+    return [SpeedStream(config, ds) for ds in datasets]

@@ -1,0 +1,46 @@
+"""Appends to loglake's own tables from Spark, by their contracts (``loglake.contracts``).
+
+The offsets ledger (batch job, quality gate), ``_quality_results`` (quality gate) and
+``_maintenance_log`` (maintenance) are written here; ``_audit_results`` is written
+without a JVM by ``loglake.audit`` from the same contract.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pyspark.sql import SparkSession
+
+from loglake.config import Config
+from loglake.contracts import LEDGER, SystemTable
+from spark_jobs.delta_io import retry_conflicts
+
+
+def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[dict], *,
+           stamp: str | None = None) -> None:
+    """Append ``rows`` (dicts keyed by the contract's columns) to ``table``.
+
+    ``stamp`` names a timestamp column set to now for every row (``committed_at``, ...).
+    Concurrent appends (mapped tasks of several datasets; the first two may both create
+    the table) are retried. ``mergeSchema``: a table made by an older loglake gains the
+    columns its contract has since added.
+    """
+    if not rows:
+        return
+    now = datetime.now(timezone.utc)
+    doubles = {c.name for c in table.contract.columns if c.type == "double"}
+
+    def value(row: dict, column: str):
+        v = now if column == stamp else row.get(column)
+        return float(v) if column in doubles and isinstance(v, int) else v  # Spark refuses an int there
+
+    data = [tuple(value(r, c) for c in table.contract.names) for r in rows]
+    df = spark.createDataFrame(data, table.contract.ddl)
+    path = config.system_table_path(table)
+    retry_conflicts(lambda: df.write.format("delta").mode("append").option("mergeSchema", "true").save(path),
+                    f"append to {table.name}")
+
+
+def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None:
+    """Append ranges to the offsets ledger: ``state`` written (batch job) or published (quality gate)."""
+    append(spark, config, LEDGER, rows, stamp="committed_at")

@@ -1,0 +1,140 @@
+"""The tree's layers point one way: no import cycles, the library never imports the CLI,
+Spark jobs share code through shared modules, never by importing one another.
+
+Every import counts, also those inside functions (a lazy import is still a dependency):
+the graph is read from the source with ``ast``, nothing is imported.
+``python -m tests.unit.test_layers`` prints the graph's cycles (none) and its edges.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Package roots: (directory that is on sys.path, top-level packages or modules under it).
+SOURCES = [(ROOT, ["loglake", "spark_jobs", "bench", "dags"]), (ROOT / "plugins", ["loglake_airflow", "loglake_view"])]
+JOBS = {"spark_jobs.speed", "spark_jobs.batch", "spark_jobs.quality", "spark_jobs.maintenance", "spark_jobs.serving"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Module name → file of every project module (DAG files as ``dags.<stem>``)."""
+    out = {}
+    for base, tops in SOURCES:
+        for top in tops:
+            single = base / f"{top}.py"
+            if single.is_file():
+                out[top] = single
+            for f in sorted((base / top).rglob("*.py")) if (base / top).is_dir() else []:
+                parts = list(f.relative_to(base).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                out[".".join(parts)] = f
+    return out
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` refers to (itself, or the package holding it), if any."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the project modules it imports (anywhere in its body)."""
+    modules = project_modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            for t in targets:
+                found = _resolve(t, modules)
+                if found and found != mod:
+                    graph[mod].add(found)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_library_never_imports_the_cli():
+    graph = import_graph()
+    offenders = {m: "loglake.cli" for m, deps in graph.items() if "loglake.cli" in deps and m != "loglake.__main__"}
+    assert offenders == {}
+
+
+def test_spark_jobs_do_not_import_one_another():
+    graph = import_graph()
+    crossing = {m: sorted(graph[m] & JOBS) for m in JOBS if graph[m] & JOBS}
+    assert crossing == {}
+
+
+def test_the_library_and_spark_jobs_never_import_airflow_code():
+    graph = import_graph()
+    airflow_side = {m for m in graph if m.startswith(("loglake_airflow", "loglake_view", "dags."))}
+    offenders = {m: sorted(graph[m] & airflow_side) for m in graph
+                 if m.startswith(("loglake", "spark_jobs")) and not m.startswith("loglake_")
+                 and graph[m] & airflow_side}
+    assert offenders == {}
+
+
+if __name__ == "__main__":
+    g = import_graph()
+    found = cycles(g)
+    print(f"{len(g)} modules, {sum(len(d) for d in g.values())} import edges, {len(found)} cycle(s)")
+    for c in found:
+        print("cycle: " + " ↔ ".join(c))
+    if "-v" in sys.argv:
+        for m in sorted(g):
+            print(f"{m} -> {', '.join(sorted(g[m])) or '-'}")
