@@ -139,11 +139,11 @@ def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra
     return out
 
 
-def _plan_ranges(marks: dict[int, tuple[int, int]], positions: dict[int, int | None],
+def _plan_ranges(bounds: dict[int, tuple[int, int]], positions: dict[int, int | None],
                  watermarks: dict[int, int]) -> dict[int, dict[str, tuple[int, int]]]:
     """Per partition, the batch range ``[earliest, W_p)`` and the speed range ``[W_p, S_p)``."""
     out = {}
-    for p, (lo, _hi) in sorted(marks.items()):
+    for p, (lo, _hi) in sorted(bounds.items()):
         w = watermarks.get(p)
         batch_to = max(lo, w) if w is not None else lo
         pos = positions.get(p)
@@ -172,10 +172,10 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     audited_at = datetime.now(timezone.utc)
     run_id = run_id or f"audit-{audited_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     # Commit order: log, then speed position, then watermarks, then tables.
-    marks = log_bounds(config, ds.topic)
-    positions = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
-    wms = batch_watermarks(config, ds, {p: lo for p, (lo, _hi) in marks.items()})
-    plan = _plan_ranges(marks, positions, wms)
+    bounds = log_bounds(config, ds.topic)
+    positions = group_offsets(config, ds.consumer_group, ds.topic, len(bounds))
+    wms = batch_watermarks(config, ds, {p: lo for p, (lo, _hi) in bounds.items()})
+    plan = _plan_ranges(bounds, positions, wms)
     changelog = ds.kind == "changelog"
     tables = {
         "batch": _table_offsets(config, config.table_path(ds, "batch"), ds.topic, extra=ds.key if changelog else ""),
@@ -192,7 +192,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     rows = []
     empty = np.zeros(0, np.int64)
     for p, ranges in plan.items():
-        lo_now = after.get(p, marks[p])[0]
+        lo_now = after.get(p, bounds[p])[0]
         for layer in ("batch", "speed"):
             start, end = ranges[layer]
             if lo_now > start:

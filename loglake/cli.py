@@ -204,8 +204,9 @@ def cmd_query(config: Config, args) -> int:
     from spark_jobs.serving import query
     from spark_jobs.session import get_spark
 
-    # No stage progress bars: the result is the output.
-    spark = get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"})
+    # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
+    spark = get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"},
+                      log_file=config.home / "logs" / "cli.log")
     import logging
 
     from pyspark.errors import AnalysisException
@@ -386,11 +387,34 @@ def _check_args(args) -> None:
         raise LoglakeError("speed run needs --available-now (use `loglake speed start` for a continuous stream)")
 
 
+def keep_logs(config: Config) -> None:
+    """loglake's own log records (librdkafka's retries and notices among them, through
+    ``loglake.kafka``) go to ``<state>/logs/cli.log``; the console gets the answers."""
+    import logging
+
+    logger = logging.getLogger("loglake")
+    for h in [h for h in logger.handlers if getattr(h, "loglake_cli", False)]:  # main() run again
+        logger.removeHandler(h)
+        h.close()
+    cli_log = config.home / "logs" / "cli.log"
+    try:
+        cli_log.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # no writable state directory: the command still runs (and says so if it needs one)
+    file_handler = logging.FileHandler(cli_log, delay=True)
+    file_handler.loglake_cli = True
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(file_handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # not to a console handler some import may have put on the root logger
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
+        keep_logs(config)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff,

@@ -14,6 +14,7 @@ set to run locally.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -355,8 +356,13 @@ class Config:
         return f"{self.checkpoint_root.rstrip('/')}/{job}/{ds.name}"
 
     def kafka_client_conf(self, **extra: Any) -> dict[str, Any]:
-        """Settings for a confluent-kafka client: bootstrap, security, then ``extra``."""
-        return {"bootstrap.servers": self.kafka.bootstrap_servers, **self.kafka.client, **extra}
+        """Settings for a confluent-kafka client: bootstrap, security, then ``extra``.
+
+        librdkafka's log lines (retries, "Coordinator load in progress", ...) go to the
+        ``loglake.kafka`` Python logger instead of stderr: the CLI keeps them in its log file.
+        """
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, "logger": logging.getLogger("loglake.kafka"),
+                **self.kafka.client, **extra}
 
     def replace(self, *, profile: Profile | None = None, datasets: dict[str, Dataset] | None = None,
                 home: Path | None = None) -> "Config":

@@ -176,7 +176,9 @@ def compare_serving_view(config: Config) -> bool:
     from spark_jobs.serving import query
     from spark_jobs.session import get_spark
 
-    spark = get_spark(config, "loglake-demo", {"spark.ui.showConsoleProgress": "false"})
+    # The JVM's warnings and log lines go to the log; the demo prints the comparison.
+    spark = get_spark(config, "loglake-demo", {"spark.ui.showConsoleProgress": "false"},
+                      log_file=config.home / "logs" / "cli.log")
     try:
         served = query(spark, config, DEMO_SQL.format(view="job_views")).toPandas()
         recompute_from_log(spark, config, config.dataset("job_views")).createOrReplaceTempView("recomputed")

@@ -20,6 +20,13 @@ def admin(config: Config) -> AdminClient:
     return AdminClient(config.kafka_client_conf())
 
 
+def _close(consumer: Consumer) -> None:
+    """Close ``consumer`` after handing its queued log lines to the "loglake.kafka" logger
+    (librdkafka forwards them only when the client is polled)."""
+    consumer.poll(0)
+    consumer.close()
+
+
 def _consumer(config: Config, group: str | None = None) -> Consumer:
     return Consumer(config.kafka_client_conf(**{
         "group.id": group or "loglake-admin",
@@ -32,7 +39,9 @@ def _consumer(config: Config, group: str | None = None) -> Consumer:
 def list_topics(config: Config, timeout: float = TIMEOUT) -> dict[str, int]:
     """Topic name → partition count (internal topics excluded)."""
     try:
-        md = admin(config).list_topics(timeout=timeout)
+        client = admin(config)
+        md = client.list_topics(timeout=timeout)
+        client.poll(0)  # hands librdkafka's queued log lines to the "loglake.kafka" logger
     except KafkaException as e:
         raise KafkaUnavailableError(f"Kafka at {config.kafka.bootstrap_servers} did not answer: {e}") from None
     return {t: len(m.partitions) for t, m in md.topics.items() if not t.startswith("__")}
@@ -75,7 +84,7 @@ def log_bounds(config: Config, topic: str) -> dict[int, tuple[int, int]]:
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in range(parts)}
     finally:
-        c.close()
+        _close(c)
 
 
 def end_offsets(config: Config, topic: str) -> dict[int, int]:
@@ -83,17 +92,17 @@ def end_offsets(config: Config, topic: str) -> dict[int, int]:
 
 
 def offsets_for_times(config: Config, topic: str, timestamp_ms: int,
-                      marks: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
+                      bounds: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
     """Per partition, the first offset whose record timestamp is >= ``timestamp_ms``
-    (the end offset where no such record exists yet). ``marks``: ``log_bounds(topic)``
+    (the end offset where no such record exists yet). ``bounds``: ``log_bounds(topic)``
     if the caller already read them."""
-    marks = marks if marks is not None else log_bounds(config, topic)
+    bounds = bounds if bounds is not None else log_bounds(config, topic)
     c = _consumer(config)
     try:
-        found = c.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in marks], timeout=TIMEOUT)
+        found = c.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in bounds], timeout=TIMEOUT)
     finally:
-        c.close()
-    return {tp.partition: (tp.offset if tp.offset >= 0 else marks[tp.partition][1]) for tp in found}
+        _close(c)
+    return {tp.partition: (tp.offset if tp.offset >= 0 else bounds[tp.partition][1]) for tp in found}
 
 
 def _retrying(call, what: str):
@@ -142,7 +151,7 @@ def group_offsets(config: Config, group: str, topic: str, partitions: int) -> di
                         f"reading {group} offsets for {topic}")
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in tps}
     finally:
-        c.close()
+        _close(c)
 
 
 @dataclass(frozen=True)
@@ -155,9 +164,9 @@ class PartitionState:
 
 def dataset_state(config: Config, ds: Dataset) -> list[PartitionState]:
     """Per partition: retained range, end offset, and the speed layer's committed position."""
-    marks = log_bounds(config, ds.topic)
-    pos = group_offsets(config, ds.consumer_group, ds.topic, len(marks))
-    return [PartitionState(p, lo, hi, pos.get(p)) for p, (lo, hi) in sorted(marks.items())]
+    bounds = log_bounds(config, ds.topic)
+    pos = group_offsets(config, ds.consumer_group, ds.topic, len(bounds))
+    return [PartitionState(p, lo, hi, pos.get(p)) for p, (lo, hi) in sorted(bounds.items())]
 
 
 def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
@@ -209,7 +218,7 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
                     with contextlib.suppress(KafkaException):  # only a shortcut: reading on finds it too
                         c.seek(TopicPartition(topic, p, targets[0]))
     finally:
-        c.close()
+        _close(c)
     if todo:
         raise KafkaUnavailableError(f"no answer reading {topic} partitions {sorted(todo)} within {timeout:.0f}s")
     return found

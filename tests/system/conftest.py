@@ -21,6 +21,9 @@ from loglake.config import load_config
 
 from loglake.sandbox import write_conf
 
+# DAGs that only tests run (tests/system/dags/), with loglake's plugins like the real ones.
+REPO_DAGS_TESTS = Path(__file__).resolve().parent / "dags"
+
 
 @dataclass
 class DagRunResult:

@@ -180,24 +180,18 @@ def test_backfill_form_params_are_typed(dags):
         params.get_param("dry_run").resolve("yes")
 
 
-def test_batch_schedule_can_be_overridden_by_environment(monkeypatch):
-    monkeypatch.setenv("LOGLAKE_BATCH_SCHEDULE", "@hourly")
-    module, _seconds, calls = import_dag_file(DAGS_DIR / "loglake_batch.py")
+@pytest.mark.parametrize("dag_file, variable, given, expected, default", [
+    ("loglake_batch.py", "LOGLAKE_BATCH_SCHEDULE", "@hourly", "0 * * * *", "*/30 * * * *"),
+    ("loglake_maintenance.py", "LOGLAKE_MAINTENANCE_SCHEDULE", "*/15 * * * *", "*/15 * * * *", "0 * * * *"),
+], ids=["batch", "maintenance"])
+def test_schedule_can_be_overridden_by_environment(monkeypatch, dag_file, variable, given, expected, default):
+    monkeypatch.setenv(variable, given)
+    module, _seconds, calls = import_dag_file(DAGS_DIR / dag_file)
     assert calls == []
-    assert module.dag.timetable.expression == "0 * * * *"
-    monkeypatch.delenv("LOGLAKE_BATCH_SCHEDULE")
-    module, _seconds, _calls = import_dag_file(DAGS_DIR / "loglake_batch.py")
-    assert module.dag.timetable.expression == "*/30 * * * *"
-
-
-def test_maintenance_schedule_can_be_overridden_by_environment(monkeypatch):
-    monkeypatch.setenv("LOGLAKE_MAINTENANCE_SCHEDULE", "*/15 * * * *")
-    module, _seconds, calls = import_dag_file(DAGS_DIR / "loglake_maintenance.py")
-    assert calls == []
-    assert module.dag.timetable.expression == "*/15 * * * *"
-    monkeypatch.delenv("LOGLAKE_MAINTENANCE_SCHEDULE")
-    module, _seconds, _calls = import_dag_file(DAGS_DIR / "loglake_maintenance.py")
-    assert module.dag.timetable.expression == "0 * * * *"
+    assert module.dag.timetable.expression == expected
+    monkeypatch.delenv(variable)
+    module, _seconds, _calls = import_dag_file(DAGS_DIR / dag_file)
+    assert module.dag.timetable.expression == default
 
 
 def test_maintenance_maps_the_maintenance_job_over_the_listed_datasets(dags):

@@ -10,6 +10,8 @@ from loglake.config import load_config
 from loglake.produce import generate
 from spark_jobs import parse
 
+pytestmark = pytest.mark.integration  # a real Spark session
+
 RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 GOOD = {"view_id": "0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01", "user_id": 7, "job_id": 42,
         "viewed_at": "2026-11-23T09:15:00.123Z", "source": "search", "duration_ms": 1500}
