@@ -135,7 +135,8 @@ class EmbeddedKafka:
         return self.pid is not None
 
     def answers(self, timeout: float = 2.0) -> bool:
-        """True when the broker accepts connections and (with confluent_kafka) returns metadata."""
+        """True when the broker accepts connections and (with confluent_kafka) returns metadata
+        in which it leads every partition."""
         if not port_open(self.port, timeout=min(timeout, 0.5)):
             return False
         try:
@@ -148,7 +149,10 @@ class EmbeddedKafka:
             md = admin.list_topics(timeout=timeout)
         except Exception:
             return False
-        return bool(md.brokers)
+        # After a restart the broker answers before it leads its partitions again (they
+        # report no leader, or an error, while the logs load): ready only once it leads them all.
+        return bool(md.brokers) and all(p.error is None and p.leader >= 0
+                                        for t in md.topics.values() for p in t.partitions.values())
 
     def log_tail(self, n: int = 30) -> str:
         """The last ``n`` lines of kafka.log written since the latest start."""

@@ -172,9 +172,10 @@ def _kafka_error(error: BaseException) -> bool | None:
 
 
 def retriable_kafka_codes() -> set[int]:
-    """librdkafka error codes that mean "not yet": the broker or coordinator is on its way."""
+    """librdkafka error codes that mean "not yet": the broker, a partition's leader or a
+    group's coordinator is on its way."""
     from confluent_kafka import KafkaError
 
-    return {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    return {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT,
             KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}

@@ -82,7 +82,10 @@ def log_bounds(config: Config, topic: str) -> dict[int, tuple[int, int]]:
         raise KafkaUnavailableError(f"topic {topic!r} does not exist on {config.kafka.bootstrap_servers}")
     c = _consumer(config)
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in range(parts)}
+        # Retried while a partition has no leader yet (a broker that just restarted).
+        return retry_transient(
+            lambda: {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in range(parts)},
+            what=f"reading the log bounds of {topic}", seconds=TIMEOUT)
     finally:
         _close(c)
 

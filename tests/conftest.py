@@ -9,7 +9,6 @@ conf/ directory), tables, checkpoints and consumer groups.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,7 @@ import logging
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from loglake_airflow.plans import or_fail
+from loglake_airflow.failing import or_fail
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from loglake_airflow.plans import or_fail
+from loglake_airflow.failing import or_fail
 
 log = logging.getLogger(__name__)
 

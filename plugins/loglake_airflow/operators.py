@@ -12,6 +12,7 @@ from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from loglake_airflow.datasets import table_asset
+from loglake_airflow.failing import or_fail
 
 
 class LoglakeSparkSubmitOperator(SparkSubmitOperator):
@@ -44,9 +45,9 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         from loglake.jobs import JobRequest, read_summary_file
         from loglake.launch import submit_spec
 
-        config = load_config()
-        request = JobRequest.parse(self.job, self.application_args or [])
-        spec = submit_spec(config, self.job)
+        config = or_fail(load_config)
+        request = or_fail(JobRequest.parse, self.job, self.application_args or [])
+        spec = or_fail(submit_spec, config, self.job)
         self.application = self.application or spec["application"]
         self.jars = self.jars or spec["jars"]
         self.conf = {**spec["conf"], **(self.conf or {})}

@@ -9,10 +9,12 @@ at once (``AirflowFailException``: no retry) with the message naming the field.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
+
+from loglake_airflow.failing import or_fail
 
 log = logging.getLogger(__name__)
 
@@ -22,20 +24,6 @@ def job_args(plan, run_id: str) -> list[str]:
     from loglake.jobs import JobRequest
 
     return JobRequest("batch", plan.dataset, plan, run_id).argv()
-
-
-def or_fail(fn: Callable, *args, **kwargs) -> Any:
-    """Call ``fn``; a permanent loglake error (bad input, data loss, ...) fails the task
-    without retrying, a transient one (the broker is unavailable, ...) goes up as it is and
-    gets the retries the task declares."""
-    from loglake.errors import LoglakeError
-
-    try:
-        return fn(*args, **kwargs)
-    except LoglakeError as e:
-        if e.transient:
-            raise
-        raise AirflowFailException(str(e)) from e
 
 
 def batch_args(run_id: str) -> list[list[str]]:

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from loglake.config import load_config
 from loglake.produce import generate
 from spark_jobs import parse
 

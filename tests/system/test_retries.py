@@ -2,7 +2,8 @@
 
 A Spark task whose broker is briefly unavailable fails with a transient error and gets the
 retries its DAG declares: the second attempt, after the broker is back, writes the range
-exactly. A task with input no retry can fix fails once. (The quality gate's permanent
+exactly. A job that reports a permanent error (offsets beyond the log end), and a request
+the operator refuses before submitting it, fail once. (The quality gate's permanent
 failure is in test_dags.py.)
 """
 
@@ -46,13 +47,15 @@ def test_transient_failures_are_retried_and_permanent_ones_fail_once(tmp_path, a
         produce(config, ds, 300, bad_fraction=0.1, seed=61, progress=False)
         ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in log_bounds(config, ds.topic).items()]
         good = JobRequest("batch", ds.name, Plan(ds.name, tuple(ranges), "backfill"), "retried")
-        ceos = config.dataset("company_ceos")
-        bad = ["--dataset", ds.name, "--plan", Plan(ceos.name, (), "backfill").to_json(), "--run-id", "bad"]
+        beyond = Plan(ds.name, (OffsetRange(ds.topic, 0, 0, ranges[0].end + 100),), "backfill")
+        bad = JobRequest("batch", ds.name, beyond, "beyond")
+        malformed = ["--dataset", ds.name, "--plan", Plan("company_ceos", (), "backfill").to_json(), "--run-id", "m"]
         kafka.stop()  # briefly unavailable: the first attempt meets no broker
 
         env = {**airflow_db.env(config), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS_TESTS),
                "LOGLAKE_RETRY_DELAY_SECONDS": "3",
-               "LOGLAKE_TEST_TRANSIENT": json.dumps(good.argv()), "LOGLAKE_TEST_PERMANENT": json.dumps(bad)}
+               "LOGLAKE_TEST_TRANSIENT": json.dumps(good.argv()), "LOGLAKE_TEST_PERMANENT": json.dumps(bad.argv()),
+               "LOGLAKE_TEST_MALFORMED": json.dumps(malformed)}
         before = airflow_db.run_ids("loglake_test_retries")
         proc = subprocess.Popen([airflow_bin(), "dags", "test", "loglake_test_retries"], env=env,
                                 cwd=airflow_db.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -70,8 +73,10 @@ def test_transient_failures_are_retried_and_permanent_ones_fail_once(tmp_path, a
         tasks = task_rows(airflow_db, run_id)
         assert tasks["transient"] == {"state": "success", "try_number": 2}, output[-4000:]
         assert tasks["permanent"] == {"state": "failed", "try_number": 1}, output[-4000:]
+        assert tasks["malformed"] == {"state": "failed", "try_number": 1}, output[-4000:]
         assert "KafkaUnavailableError" in output  # what the first attempt met
-        assert "AirflowFailException: ParamError: plan: the plan is for dataset 'company_ceos'" in output
+        assert "AirflowFailException: ParamError: ranges[0].end: end" in output  # the job's own verdict
+        assert "AirflowFailException: plan: the plan is for dataset 'company_ceos'" in output  # the operator's
 
         rows = []
         for layer, where in (("batch", "TRUE"), ("quarantine", "_layer = 'batch'")):

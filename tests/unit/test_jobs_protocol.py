@@ -67,6 +67,7 @@ def kafka_error(code) -> KafkaException:
     (CoordinatorNotReadyError("loading"), True),
     (kafka_error(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), True),
     (kafka_error(KafkaError._ALL_BROKERS_DOWN), True),
+    (kafka_error(KafkaError.NOT_LEADER_FOR_PARTITION), True),  # a broker that just restarted
     (kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART), False),
     (kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED), False),
     (JobError("batch", "job_views", 2, failure(DataLossError("t", 0, 0, 5))), False),

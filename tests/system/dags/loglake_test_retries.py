@@ -1,7 +1,8 @@
-"""A test DAG (tests/system/test_retries.py): two loglake Spark tasks whose arguments the test gives.
+"""A test DAG (tests/system/test_retries.py): loglake Spark tasks whose arguments the test gives.
 
-``transient`` recomputes a valid plan while the broker is briefly down; ``permanent`` gets a
-plan of another dataset, which no retry can fix.
+``transient`` recomputes a valid plan while the broker is briefly down; then ``permanent``
+asks for offsets beyond the log end (the job says so: no retry can fix it); ``malformed``
+gets a plan of another dataset, which the operator refuses before any spark-submit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from loglake_airflow.operators import LoglakeSparkSubmitOperator
 
 with DAG(dag_id="loglake_test_retries", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
          catchup=False, default_args=DEFAULT_ARGS, doc_md=__doc__, tags=["loglake-test"]) as dag:
-    for task_id in ("transient", "permanent"):
+    transient, permanent, malformed = (
         LoglakeSparkSubmitOperator(task_id=task_id, job="batch",
                                    application_args=json.loads(os.environ.get(f"LOGLAKE_TEST_{task_id.upper()}", "[]")))
+        for task_id in ("transient", "permanent", "malformed"))
+    transient >> permanent
