@@ -23,12 +23,13 @@ compared with the speed row at the same offset, which must carry the same values
 from __future__ import annotations
 
 from loglake.config import Config, Dataset
+from loglake.contracts import DELETED, PROVENANCE
 from loglake.errors import ParamError
 
-JOIN_KEY = ("_topic", "_partition", "_offset")
+JOIN_KEY = tuple(c for c in PROVENANCE.names if c != "_kafka_timestamp")  # a record's coordinates
 # Columns one layer keeps for itself: the speed layer's changelog rows carry ``_deleted``
 # (tombstone flag); the batch latest state drops it. No layer adds an ingestion time.
-BOOKKEEPING = ("_deleted",)
+BOOKKEEPING = tuple(DELETED.names)
 _EMPTY = "SELECT CAST(NULL AS BIGINT) AS \"_offset\" WHERE false"
 
 

@@ -30,6 +30,7 @@ from loglake.jobs import JobRequest
 from loglake.ledger import ledger_path
 from loglake.planning import Plan
 from spark_jobs import entry
+from spark_jobs.delta_io import table_exists
 from spark_jobs.predicates import range_predicate
 from spark_jobs.system_tables import append, append_ledger
 
@@ -124,8 +125,6 @@ def _outcome(e: Expectation, r) -> dict:
 
 def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict[int, dict]:
     """The ledger's *written* rows of this run for the plan's ranges, by partition."""
-    from spark_jobs.delta_io import table_exists
-
     path = ledger_path(config)
     rows = [] if not table_exists(spark, path) else spark.read.format("delta").load(path).where(
         (F.col("dataset") == ds.name) & (F.col("run_id") == run_id) & (F.col("state") == "written")).collect()
