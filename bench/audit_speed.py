@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from loglake.audit import audit_dataset, format_audit
     from loglake.config import load_config
-    from loglake.embedded_kafka import EmbeddedKafka, free_port
+    from loglake.embedded_kafka import EmbeddedKafka
+    from loglake.processes import free_port
     from loglake.produce import produce
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))

@@ -55,7 +55,8 @@ import time
 from pathlib import Path
 
 from bench import workload
-from bench.harness import Harness, cpu_seconds, jvm_pid, median, result
+from bench.harness import Harness, jvm_pid, median, result
+from loglake.processes import cpu_seconds
 
 RECORDS = 5_000_000
 QUICK_RECORDS = 300_000

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -36,7 +38,8 @@ class Harness:
     @property
     def bootstrap(self) -> str:
         if self._kafka is None:
-            from loglake.embedded_kafka import EmbeddedKafka, free_port
+            from loglake.embedded_kafka import EmbeddedKafka
+            from loglake.processes import free_port
 
             self._kafka = EmbeddedKafka(self.root / "kafka-home", port=free_port(), controller_port=free_port(),
                                         heap="1g")
@@ -82,15 +85,6 @@ class Harness:
         return [fn(i) for i in range(n or self.repeats)]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 when /proc cannot tell)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def jvm_pid(spark) -> int:
     """The process id of a Spark session's driver JVM."""
     return int(spark._jvm.java.lang.ProcessHandle.current().pid())
@@ -130,10 +124,9 @@ def machine() -> dict:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-        mem_kb = int(next(l for l in Path("/proc/meminfo").read_text().splitlines()
-                          if l.startswith("MemTotal")).split()[1])
-    except (OSError, StopIteration, ValueError):
-        mem_kb = 0
+    except OSError:
+        pass  # the CPU's name is in /proc/cpuinfo only (psutil has counts, not names)
+    mem_kb = psutil.virtual_memory().total // 1024
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1),

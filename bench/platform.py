@@ -78,14 +78,14 @@ class Platform:
 
     def trees(self) -> dict[str, dict[int, int]]:
         """Managed process name → its process tree (pid → start time); remembered in ``seen``."""
-        from loglake.airflow_embedded import _descendants
+        from loglake.processes import descendants
         from loglake.processes import Managed
 
         out = {}
         for names in self.components.values():
             for name in names:
                 pid = Managed(self.home, name).pid()
-                out[name] = _descendants(pid) if pid else {}
+                out[name] = descendants(pid) if pid else {}
                 self.seen.update(out[name])
         return out
 
@@ -180,15 +180,15 @@ class Platform:
 
     def down(self) -> dict:
         """``loglake down``: its seconds, per step, and whatever process of the platform is still alive after it."""
-        from loglake.airflow_embedded import _alive, _terminate
+        from loglake.processes import alive, terminate
 
         gc.collect()  # Kafka clients of this process still in reference cycles: gone before the broker is
         self.trees()
         cli = self.cli("down")
         code = cli.finish(timeout=180)
-        left = _alive(self.seen)
+        left = alive(self.seen)
         if left:  # never leave anything behind, but say so
-            _terminate(left, timeout=10)
+            terminate(left, timeout=10)
         steps = {}
         for t, line in cli.lines:
             if ":" in line and "stopped" in line:
@@ -200,7 +200,9 @@ class Platform:
     def pss(self) -> dict:
         """PSS (bytes) per component and per managed process, summed over each process tree."""
         trees = self.trees()
-        by_name = {name: sum(_pss(p) for p in tree) for name, tree in trees.items()}
+        from loglake.processes import pss_bytes
+
+        by_name = {name: pss_bytes(tree) for name, tree in trees.items()}
         counts = {name: len(tree) for name, tree in trees.items()}
         comps = {c: sum(by_name[n] for n in names) for c, names in self.components.items()}
         return {"total": sum(comps.values()), **comps, "by_process": by_name, "processes": counts}
@@ -253,15 +255,6 @@ def _free_port_pair() -> int:
             return p
     raise RuntimeError("no free pair of ports")
 
-
-def _pss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 class Sampler(threading.Thread):
@@ -465,7 +458,7 @@ def _p8(streaming: dict, during_batch: list[dict] | None) -> dict:
     med = {k: round(median([s[k] for s in samples]) / GIB, 2) for k in keys}
     mx = {k: round(max(s[k] for s in samples) / GIB, 2) for k in keys}
     by_proc = {n: round(median([s["by_process"][n] for s in samples]) / 2**20) for n in samples[0]["by_process"]}
-    detail = {"what": "sum of /proc/<pid>/smaps_rollup Pss over every process of the platform (broker JVM; per "
+    detail = {"what": "sum of the PSS (psutil memory_full_info) of every process of the platform (broker JVM; per "
                       "speed stream its supervisor, spark-submit, driver JVM and Python; the four Airflow components "
                       "and all their children) while events are produced at a steady rate",
               "rates_records_per_second": streaming["rates"], "produce_seconds": streaming["seconds"],

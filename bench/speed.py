@@ -23,7 +23,8 @@ import time
 import uuid
 
 from bench import pyloop, workload
-from bench.harness import Harness, cpu_seconds, jvm_pid, median, result
+from bench.harness import Harness, jvm_pid, median, result
+from loglake.processes import cpu_seconds
 
 KB = 1024
 P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 from loglake import paths
 from loglake.config import Config
 from loglake.errors import ProcessError
-from loglake.processes import Managed, free_port, port_open
+from loglake.processes import Managed, descendants, free_port, port_open, terminate
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -278,10 +277,10 @@ class EmbeddedAirflow:
         pid = proc.pid()
         if pid is None:
             return None
-        tree = _descendants(pid)
+        tree = descendants(pid)
         if component == "scheduler" and pid in tree:
-            _terminate({pid: tree[pid]}, timeout=timeout)
-        _terminate(tree, timeout=timeout)
+            terminate({pid: tree[pid]}, timeout=timeout)
+        terminate(tree, timeout=timeout)
         proc.stop(timeout=5.0)  # whatever is left in its group; removes the pid file
         return component
 
@@ -326,57 +325,3 @@ def _all_healthy(health: dict | None) -> bool:
         return False
     parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
     return all((health.get(p) or {}).get("status") == "healthy" for p in parts)
-
-
-def _proc_table() -> dict[int, tuple[int, str, int]]:
-    """pid → (parent pid, state, start time in clock ticks) of every process."""
-    table = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ", 1)[1].split()
-        except (FileNotFoundError, IndexError, ProcessLookupError):
-            continue
-        table[int(stat.parent.name)] = (int(fields[1]), fields[0], int(fields[19]))
-    return table
-
-
-def _descendants(pid: int) -> dict[int, int]:
-    """``pid`` and every process below it, whatever process group they moved to (pid → start time).
-
-    The start time tells a process from a later one that reuses its pid.
-    """
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for p, (ppid, _state, _start) in table.items():
-        children.setdefault(ppid, []).append(p)
-    found: dict[int, int] = {}
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        if p in found or p not in table:
-            continue
-        found[p] = table[p][2]
-        todo.extend(children.get(p, []))
-    return found
-
-
-def _alive(procs: dict[int, int]) -> dict[int, int]:
-    table = _proc_table()
-    return {p: start for p, start in procs.items()
-            if p in table and table[p][1] != "Z" and table[p][2] == start}
-
-
-def _terminate(procs: dict[int, int], timeout: float) -> None:
-    """SIGTERM the processes of ``procs`` still alive, SIGKILL them after ``timeout``."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
-        left = _alive(procs)
-        if not left:
-            return
-        for p in left:
-            try:
-                os.kill(p, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _alive(left):
-            time.sleep(0.2)

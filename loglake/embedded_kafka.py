@@ -24,7 +24,7 @@ from pathlib import Path
 
 from loglake.errors import ProcessError, SetupError
 from loglake.paths import jars
-from loglake.processes import free_port, port_open  # noqa: F401  (free_port: for tests)
+from loglake.processes import command_line, port_open
 
 # Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
 # writer for the file, so JVM crashes and log4j2 lines interleave in order.
@@ -65,22 +65,6 @@ def _new_cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cid.startswith("-"):
             return cid
-
-
-def _cmdline(pid: int) -> str | None:
-    """The command line of a live, non-zombie process; None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-            return None  # exited, not yet reaped
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    except OSError:
-        pass
-    # No /proc (macOS): ask ps.
-    out = subprocess.run(["ps", "-p", str(pid), "-o", "stat=,command="], capture_output=True, text=True).stdout
-    return None if not out.strip() or out.lstrip().startswith("Z") else out
 
 
 class EmbeddedKafka:
@@ -125,7 +109,7 @@ class EmbeddedKafka:
             return None
         # A pid is ours only if that process is our JVM: pids get reused after a crash
         # or reboot, and we must never signal an unrelated process.
-        cmd = _cmdline(pid)
+        cmd = command_line(pid)
         if cmd and "kafka.Kafka" in cmd and str(self.props_path) in cmd:
             return pid
         self.pid_path.unlink(missing_ok=True)
@@ -257,7 +241,7 @@ class EmbeddedKafka:
             except subprocess.TimeoutExpired:
                 return False
         deadline = time.monotonic() + timeout
-        while _cmdline(pid) is not None:
+        while command_line(pid) is not None:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)

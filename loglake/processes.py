@@ -1,4 +1,4 @@
-"""Background processes loglake starts: pid files, logs, clean stops by process group."""
+"""Background processes loglake starts: pid files, logs, clean stops by process group; process trees (psutil)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from loglake.errors import ProcessError
 
@@ -66,9 +68,9 @@ class Managed:
             return False
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _group_alive(pid):
+        while time.monotonic() < deadline and group_alive(pid):
             time.sleep(0.2)
-        if _group_alive(pid):
+        if group_alive(pid):
             _signal_group(pid, signal.SIGKILL)
             time.sleep(0.5)
         self.pid_file.unlink(missing_ok=True)
@@ -109,8 +111,8 @@ def port_open(port: int, timeout: float = 0.5) -> bool:
 
 def _is_zombie(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (FileNotFoundError, IndexError):
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
@@ -121,16 +123,93 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether any live (non-zombie) process is still in process group ``pgid``."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for proc in psutil.process_iter(["status"]):
         try:
-            fields = stat.read_text().split(") ", 1)[1].split()
-        except (FileNotFoundError, IndexError, ProcessLookupError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
             continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
     return False
+
+
+def command_line(pid: int) -> str | None:
+    """The command line of a live, non-zombie process; None if there is none."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None  # exited, not yet reaped
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return None
+
+
+def descendants(pid: int) -> dict[int, float]:
+    """``pid`` and every process below it, whatever process group they moved to
+    (pid → creation time, which tells a process from a later one that reuses its pid)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {}
+    found = {}
+    for proc in procs:
+        try:
+            found[proc.pid] = proc.create_time()
+        except psutil.Error:
+            continue
+    return found
+
+
+def alive(procs: dict[int, float]) -> dict[int, float]:
+    """The processes of ``procs`` (pid → creation time) still running: same pid, same
+    creation time, not a zombie."""
+    out = {}
+    for pid, created in procs.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                out[pid] = created
+        except psutil.Error:
+            continue
+    return out
+
+
+def terminate(procs: dict[int, float], timeout: float) -> None:
+    """SIGTERM the processes of ``procs`` still alive, SIGKILL them after ``timeout``."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
+        left = alive(procs)
+        if not left:
+            return
+        for p in left:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and alive(left):
+            time.sleep(0.2)
+
+
+def pss_bytes(pids) -> int:
+    """Proportional set size of the processes ``pids`` together (0 for those gone or unreadable)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 when it is gone)."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
 
 
 def supervise(argv: list[str]) -> int:

@@ -24,7 +24,8 @@ def kafka_bootstrap(tmp_path_factory) -> str:
     if external:
         yield external
         return
-    from loglake.embedded_kafka import EmbeddedKafka, free_port
+    from loglake.embedded_kafka import EmbeddedKafka
+    from loglake.processes import free_port
 
     kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka-home"), port=free_port(), controller_port=free_port(),
                           heap="512m")

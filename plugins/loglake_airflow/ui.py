@@ -19,9 +19,6 @@ from typing import Callable
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance")
-
-
 async def require_user(request: Request):
     """The logged-in Airflow user, exactly as the REST API resolves it (401/403 otherwise)."""
     from airflow.api_fastapi.core_api.security import get_user

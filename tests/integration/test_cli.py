@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from loglake.embedded_kafka import free_port
+from loglake.processes import free_port
 from loglake.kafka_admin import group_offsets, log_bounds
 from loglake.processes import Managed, wait_for
 
@@ -66,8 +66,8 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
     assert "speed job_views: stopped" in stop.stdout
     assert proc.pid() is None
     # Nothing of the stream's process group is left behind (supervisor, spark-submit, JVM, python).
-    from loglake.processes import _group_alive
-    assert pid is not None and not _group_alive(pid)
+    from loglake.processes import group_alive
+    assert pid is not None and not group_alive(pid)
 
     from loglake.tables import open_table, query
     speed = query(open_table(config.table_path(ds, "speed")), "SELECT _partition, _offset FROM t")

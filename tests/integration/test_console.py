@@ -13,7 +13,7 @@ import time
 import pytest
 
 from loglake.config import load_config
-from loglake.embedded_kafka import free_port
+from loglake.processes import free_port
 from loglake.sandbox import write_conf
 
 pytestmark = pytest.mark.integration

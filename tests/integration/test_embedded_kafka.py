@@ -13,7 +13,8 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from loglake.embedded_kafka import EmbeddedKafka, free_port  # noqa: E402
+from loglake.embedded_kafka import EmbeddedKafka  # noqa: E402
+from loglake.processes import free_port  # noqa: E402
 from loglake.paths import jar_dir  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -18,9 +18,10 @@ import urllib.request
 import pytest
 import yaml
 
-from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow, _alive, _descendants
+from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow
+from loglake.processes import alive, descendants
 from loglake.config import load_config
-from loglake.embedded_kafka import free_port
+from loglake.processes import free_port
 from loglake.kafka_admin import log_bounds
 from loglake.ledger import batch_watermarks
 from loglake.processes import Managed, wait_for
@@ -60,7 +61,7 @@ def all_processes(config) -> dict[int, int]:
     for name in names:
         pid = Managed(config.home, name).pid()
         assert pid, f"{name} is not running"
-        tree.update(_descendants(pid))
+        tree.update(descendants(pid))
     return tree
 
 
@@ -109,7 +110,7 @@ def test_up_status_batch_run_down(platform_config):
     print(f"down: {time.monotonic() - t2:.1f}s")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "kafka: stopped" in down.stdout and "speed job_views: stopped" in down.stdout
-    assert _alive(tree) == {}, f"left behind: {sorted(_alive(tree))}"
+    assert alive(tree) == {}, f"left behind: {sorted(alive(tree))}"
 
     after = platform(env, "status")
     assert after.returncode == 1

@@ -17,9 +17,10 @@ import urllib.request
 import pytest
 
 from loglake import paths
-from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow, _alive, _descendants
+from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow
+from loglake.processes import alive, descendants
 from loglake.config import load_config
-from loglake.embedded_kafka import free_port
+from loglake.processes import free_port
 from loglake.processes import wait_for
 
 from loglake.sandbox import write_conf
@@ -194,10 +195,10 @@ def test_stop_leaves_no_process_behind(airflow):
     assert all(pids.values()), pids
     tree = {}
     for pid in pids.values():
-        tree.update(_descendants(pid))
+        tree.update(descendants(pid))
     t0 = time.monotonic()
     assert set(airflow.stop()) == set(COMPONENTS)
     print(f"Airflow stopped in {time.monotonic() - t0:.1f}s")
-    assert _alive(tree) == {}
+    assert alive(tree) == {}
     assert not any(c["alive"] for c in airflow.status()["components"].values())
     assert airflow.health() is None
