@@ -178,6 +178,10 @@ class EmbeddedAirflow:
     def password(self) -> str:
         return ensure_password(self.home)
 
+    def datasets_changed(self) -> bool:
+        """Whether the running Airflow was started with another dataset list than conf/ has now."""
+        return self._saved().get("datasets", dataset_names(self.config)) != dataset_names(self.config)
+
     # --- lifecycle --------------------------------------------------------------------
 
     def migrate(self) -> bool:
@@ -208,7 +212,7 @@ class EmbeddedAirflow:
         t0 = time.monotonic()
         procs = self.processes
         fresh = not any(p.pid() for p in procs.values())
-        if not fresh and self._saved().get("datasets", dataset_names(self.config)) != dataset_names(self.config):
+        if not fresh and self.datasets_changed():
             # A dataset file was added or removed: Airflow's processes carry the list in their
             # environment (the backfill form), so they start again with the new one.
             self.stop()

@@ -13,7 +13,7 @@ import time
 from loglake.config import Config
 from loglake.errors import LoglakeError
 from loglake.retrying import retry_transient
-from loglake.streams import streams
+from loglake.streams import orphans, streams
 
 
 def broker(config: Config):
@@ -36,8 +36,13 @@ def start_streams(config: Config, name: str | None = None, wait: float = 0) -> N
 
 
 def stop_streams(config: Config, name: str | None = None) -> None:
+    """Stop the stream of ``name`` (every stream by default, also those of datasets since
+    removed from conf/); print each."""
     for s in streams(config, name):
         print(f"speed {s.ds.name}: {'stopped' if s.stop() else 'not running'}")
+    for process in [] if name else orphans(config):
+        process.stop()
+        print(f"{process.name}: stopped (its dataset is no longer in conf/)")
 
 
 def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):
@@ -69,6 +74,8 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
 
     # Unpaused: the scheduled batch DAG runs without anyone switching it on.
     airflow = _airflow(config, airflow_port, dags_paused=False)
+    if airflow.status(timeout=2)["components"]["scheduler"]["alive"] and airflow.datasets_changed():
+        print("airflow: restarting: the datasets in conf/ changed (the DAGs' forms list them)")
     seconds = airflow.start(timeout)
     print(f"airflow: healthy after {seconds:.1f}s at {airflow.url} (logs {config.home / 'logs'}/airflow-*.log)")
     print(f"  log in as {ADMIN_USER} with password {airflow.password()} (kept in {password_file(airflow.home)})")

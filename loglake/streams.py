@@ -74,3 +74,10 @@ def streams(config: Config, name: str | None = None) -> list[SpeedStream]:
     """The stream of dataset ``name``, or of every dataset."""
     datasets = [config.dataset(name)] if name else list(config.datasets.values())
     return [SpeedStream(config, ds) for ds in datasets]
+
+
+def orphans(config: Config) -> list[Managed]:
+    """Speed streams still running for datasets no longer in conf/ (their file was removed)."""
+    known = {f"speed-{n}" for n in config.datasets}
+    found = [Managed(config.home, f.stem) for f in sorted((config.home / "run").glob("speed-*.pid"))]
+    return [m for m in found if m.name not in known and m.pid()]
