@@ -78,8 +78,7 @@ class Platform:
 
     def trees(self) -> dict[str, dict[int, int]]:
         """Managed process name → its process tree (pid → start time); remembered in ``seen``."""
-        from loglake.processes import descendants
-        from loglake.processes import Managed
+        from loglake.processes import Managed, descendants
 
         out = {}
         for names in self.components.values():
@@ -254,7 +253,6 @@ def _free_port_pair() -> int:
         if p < 65535 and not port_open(p + 1):
             return p
     raise RuntimeError("no free pair of ports")
-
 
 
 class Sampler(threading.Thread):
