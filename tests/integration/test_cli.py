@@ -15,6 +15,17 @@ from loglake.processes import Managed, wait_for
 
 pytestmark = pytest.mark.integration
 
+# What must never reach the console (each seen there before, in `loglake demo`): the JVM's
+# warnings, Spark's log lines and stage progress, librdkafka's notices (lines starting "%").
+NOISE = ["Using incubator modules", "WARN ", "Stage ", "Truncated the string representation",
+         "Coordinator load in progress", "Traceback"]
+
+
+def noise(text: str) -> list[str]:
+    """The lines of ``text`` that are not loglake's own words."""
+    return [line for line in text.splitlines()
+            if line.startswith("%") or any(word in line for word in NOISE)]
+
 
 def loglake(config, *args, timeout=300) -> subprocess.CompletedProcess:
     env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
@@ -116,3 +127,15 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
     again = loglake(config, "batch", "job_views")
     assert again.returncode == 0 and "job_views: nothing to recompute" in again.stdout
+    query = loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
+    assert (query.returncode, query.stdout, query.stderr) == (0, "n\n270\n", "")
+
+    # The console held loglake's words only; the logs keep the rest.
+    for out in (r, again, query):
+        assert not noise(out.stdout + out.stderr), out.stdout + out.stderr
+    jobs = sorted((config.home / "logs" / "jobs").glob("*.log"))
+    assert {p.name.split("-")[0] for p in jobs} == {"batch", "quality"}, jobs
+    assert all("incubator" in p.read_text() for p in jobs), jobs  # each spark-submit's JVM
+    cli_log = (config.home / "logs" / "cli.log").read_text()
+    assert "Using incubator modules" in cli_log  # the query's JVM
+    assert "loglake.spark: starting Spark (loglake-query)" in cli_log

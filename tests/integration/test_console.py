@@ -1,13 +1,12 @@
 """A user's console holds loglake's words only: the JVM's warnings, Spark's log lines and
-librdkafka's notices go to the log files under ``<state>/logs/``."""
+librdkafka's notices go to the log files under ``<state>/logs/``. (The Spark commands —
+``batch``, ``query`` — are checked the same way in test_cli.py.)"""
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -16,26 +15,12 @@ from loglake.config import load_config
 from loglake.processes import free_port
 from loglake.sandbox import write_conf
 
+from tests.integration.test_cli import loglake, noise
+
 pytestmark = pytest.mark.integration
 
-# What must never reach the console (each seen there before, in `loglake demo`).
-NOISE = ["Using incubator modules", "WARN ", "Stage ", "Truncated the string representation",
-         "Coordinator load in progress", "Traceback"]
 
-
-def loglake(config, *args, timeout=600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def noise(text: str) -> list[str]:
-    """The lines of ``text`` that are not loglake's own words."""
-    return [line for line in text.splitlines()
-            if line.startswith("%") or any(word in line for word in NOISE)]
-
-
-def test_commands_print_loglakes_words_and_log_the_rest(make_config):
+def test_commands_without_spark_print_loglakes_words(make_config):
     config = make_config()
     console = []
 
@@ -50,22 +35,9 @@ def test_commands_print_loglakes_words_and_log_the_rest(make_config):
     good = int(re.search(r"\((\d+) good, \d+ malformed\)", r.stdout).group(1))
     run("kafka", "status")
     run("speed", "status", "job_views")
-    r = run("batch", "job_views")  # two spark-submit jobs: the batch, then the quality gate
-    assert f"batch job_views: {good} rows to batch.job_views" in r.stdout
-    r = run("query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
-    assert r.stdout == f"n\n{good}\n"
-    assert r.stderr == ""
     r = run("status", codes=(0, 1))  # 1: the platform (streams, Airflow) is not running
     assert "job_views" in r.stdout
-
-    # The logs keep what the console does not.
-    logs = config.home / "logs"
-    jobs = sorted((logs / "jobs").glob("*.log"))
-    assert {p.name.split("-")[0] for p in jobs} >= {"batch", "quality"}, jobs
-    assert all("incubator" in p.read_text() for p in jobs), jobs
-    cli_log = (logs / "cli.log").read_text()
-    assert "Using incubator modules" in cli_log  # the query's JVM
-    assert "loglake.spark: starting Spark (loglake-query)" in cli_log
+    assert good == 270
 
 
 def test_librdkafka_lines_go_to_the_loglake_kafka_logger_not_stderr(tmp_path, capfd):
