@@ -28,6 +28,10 @@ parsed), for every dataset in `conf/datasets`:
    Each task's return value is its summary (records, quarantined, seconds, ...).
 
 Datasets are recomputed one at a time unless `LOGLAKE_BATCH_PARALLELISM` says more.
+A dataset whose unrecomputed offsets Kafka already deleted stops alone: the others run,
+and **data_loss** then fails the run naming topic, partition and offsets, until an
+operator records the loss (`loglake accept-loss` or the `loglake_accept_loss` DAG).
+
 No catch-up: a run always plans from the watermark, so a skipped interval loses nothing.
 One run at a time.
 """
@@ -41,7 +45,7 @@ from airflow.sdk import DAG, task
 
 from loglake_airflow import DEFAULT_ARGS
 from loglake_airflow.groups import write_audit_publish
-from loglake_airflow.plans import batch_args
+from loglake_airflow.plans import batch_args, fail_on_losses
 
 with DAG(
     dag_id="loglake_batch",
@@ -56,7 +60,17 @@ with DAG(
 
     @task(execution_timeout=timedelta(minutes=10))
     def plan(**context) -> list[list[str]]:
-        """Plan [W_p, end) per partition of every dataset; the batch job's arguments per non-empty plan."""
-        return batch_args(f"{context['dag'].dag_id}/{context['run_id']}")
+        """Plan [W_p, end) per partition of every dataset: the batch job's arguments per non-empty
+        plan; the datasets stopped by a data loss go to XCom ``losses``."""
+        planned = batch_args(f"{context['dag'].dag_id}/{context['run_id']}")
+        context["ti"].xcom_push(key="losses", value=planned["losses"])
+        return planned["args"]
 
-    write_audit_publish.expand(args=plan())
+    @task(execution_timeout=timedelta(minutes=5))
+    def data_loss(**context) -> None:
+        """Fail the run naming every dataset that lost offsets (the others ran)."""
+        fail_on_losses(context["ti"].xcom_pull(task_ids="plan", key="losses") or [])
+
+    planned = plan()
+    write_audit_publish.expand(args=planned)
+    planned >> data_loss()

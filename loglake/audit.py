@@ -115,14 +115,16 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], key
             for p in ranges}
 
 
-def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra: str = "") -> dict[int, dict]:
-    """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``."""
+def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra: str = "",
+                   version: int | None = None) -> dict[int, dict]:
+    """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``,
+    at the pinned ``version`` (None: no table at the pinned point)."""
     import pyarrow as pa
     from deltalake import QueryBuilder
 
     from loglake.tables import open_table
 
-    table = open_table(path)
+    table = None if version is None else open_table(path, version)
     if table is None:
         return {}
     cols = '"_partition", "_offset"' + (f', CAST("{extra}" AS VARCHAR) AS x' if extra else "")
@@ -166,22 +168,28 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     ``_audit_results`` (unless ``record`` is false) and return the result. ``sample``:
     how many offending offsets to keep per kind. The caller decides whether to fail."""
     from loglake.kafka_admin import group_offsets, log_bounds
-    from loglake.ledger import batch_watermarks
+    from loglake.snapshots import pin
 
     started = time.monotonic()
     audited_at = datetime.now(timezone.utc)
     run_id = run_id or f"audit-{audited_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-    # Commit order: log, then speed position, then watermarks, then tables.
+    # Commit order: log, then speed position, then the dataset pinned at one point (speed-side
+    # tables, then the ledger's watermarks and serving point, then batch: loglake.snapshots).
     bounds = log_bounds(config, ds.topic)
     positions = group_offsets(config, ds.consumer_group, ds.topic, len(bounds))
-    wms = batch_watermarks(config, ds, {p: lo for p, (lo, _hi) in bounds.items()})
+    snap = pin(config, ds)
+    wms = snap.watermarks({p: lo for p, (lo, _hi) in bounds.items()})
     plan = _plan_ranges(bounds, positions, wms)
     changelog = ds.kind == "changelog"
+    quarantine = config.table_path(ds, "quarantine")
     tables = {
-        "batch": _table_offsets(config, config.table_path(ds, "batch"), ds.topic, extra=ds.key if changelog else ""),
-        "speed": _table_offsets(config, config.table_path(ds, "speed"), ds.topic),
-        "q_batch": _table_offsets(config, config.table_path(ds, "quarantine"), ds.topic, " AND \"_layer\" = 'batch'"),
-        "q_speed": _table_offsets(config, config.table_path(ds, "quarantine"), ds.topic, " AND \"_layer\" = 'speed'"),
+        "batch": _table_offsets(config, config.table_path(ds, "batch"), ds.topic, extra=ds.key if changelog else "",
+                                version=snap.version("batch")),
+        "speed": _table_offsets(config, config.table_path(ds, "speed"), ds.topic, version=snap.version("speed")),
+        "q_batch": _table_offsets(config, quarantine, ds.topic, " AND \"_layer\" = 'batch'",
+                                  version=snap.batch_quarantine_version),
+        "q_speed": _table_offsets(config, quarantine, ds.topic, " AND \"_layer\" = 'speed'",
+                                  version=snap.version("quarantine")),
     }
     log_started = time.monotonic()
     log = read_log(config, ds.topic, {p: (r["batch"][0], r["speed"][1]) for p, r in plan.items()}, keys=changelog)
@@ -217,6 +225,10 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
         "log_offsets_read": sum(len(part.offsets) for part in log.values()),
         "log_seconds": round(log_seconds, 3), "seconds": round(time.monotonic() - started, 3),
         "partitions": rows, "notes": notes,
+        # Offsets the log lost before a layer read them, accepted by an operator: not checked
+        # (the log no longer holds them), reported.
+        "lost": [{k: (r[k].isoformat() if hasattr(r[k], "isoformat") else r[k])
+                  for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")} for r in snap.lost],
     }
     if record:
         write_results(config, result, audited_at)
@@ -269,5 +281,8 @@ def format_audit(result: dict) -> list[str]:
         for kind in ("missing", "duplicated", "unexpected"):
             if r[kind]:
                 lines.append(f"      {kind} offsets: {r['describe_' + kind]}")
+    lines += [f"  acknowledged loss: [{r['partition']}] offsets [{r['start']}, {r['end']}) "
+              f"({r['end'] - r['start']:,} offsets) accepted by {r['recorded_by']} at {r['committed_at']}: {r['reason']}"
+              for r in result.get("lost", [])]
     lines += [f"  note: {n}" for n in result["notes"]]
     return lines

@@ -109,8 +109,7 @@ def speed_status(config: Config, name: str | None) -> int:
     from loglake.streams import streams
 
     for stream in streams(config, name):
-        pid = stream.pid()
-        line = f"speed {stream.ds.name}: {'running (pid %d)' % pid if pid else 'stopped'}"
+        line = f"speed {stream.ds.name}: {stream.state()}"
         prog = stream.progress()
         if prog:
             line += (f"; last batch {prog.get('batchId')} at {prog.get('timestamp')}: "
@@ -157,14 +156,19 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     if plan.empty:
         print(f"{ds.name}: nothing to recompute (the batch layer is at the log end)")
         return 0
+    from loglake.locks import writer
+
     run_id = _run_id(plan.kind)
-    t0 = time.monotonic()
-    summary = _succeeded("batch", ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
-    rate = summary.get("records_per_second")
-    print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
-          f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
-          f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
-    quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
+    # Write, validate, publish under one lease: no other writer of the dataset in between.
+    with writer(config, ds.name, plan.kind, run_id):
+        t0 = time.monotonic()
+        summary = _succeeded("batch", ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
+        rate = summary.get("records_per_second")
+        print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
+              f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
+              f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; "
+              f"run {run_id}")
+        quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
     code = print_quality(ds, quality)
     print("\n".join(format_status(ds, dataset_status(config, ds))))
     return code
@@ -283,6 +287,26 @@ def cmd_audit(config: Config, args) -> int:
     return 0 if result["ok"] else 1
 
 
+def cmd_accept_loss(config: Config, args) -> int:
+    """Record the offsets Kafka lost before a layer read them as lost (who, when, why)."""
+    from loglake.losses import accept_loss, find_losses
+
+    ds = config.dataset(args.dataset)
+    if args.dry_run:
+        losses = find_losses(config, ds, args.partition)
+    else:
+        losses = accept_loss(config, ds, args.reason or "", partition=args.partition)
+    if not losses:
+        print(f"{ds.name}: no offsets to accept: every layer reads from the earliest retained offset or later")
+        return 0
+    for loss in losses:
+        print(f"{'would accept' if args.dry_run else 'accepted'} as lost: {loss.describe()}")
+    if not args.dry_run:
+        print(f"{ds.name}: recorded in the offsets ledger; the batch watermark continues from the earliest retained "
+              f"offset and the speed layer resumes there")
+    return 0
+
+
 def cmd_diff(config: Config, args) -> int:
     """Batch against speed rows for one partition's offsets; explains, never fails on differences."""
     from loglake.diff import diff_range, format_diff
@@ -354,6 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--sample", type=int, default=20, help="offending offsets shown per partition and kind")
     au.add_argument("--no-record", action="store_true", help="do not append the result to _audit_results")
 
+    al = sub.add_parser("accept-loss", help="record offsets Kafka deleted before loglake read them as lost, so the "
+                                           "dataset continues from the earliest retained offset")
+    al.add_argument("dataset")
+    al.add_argument("--partition", type=int, help="only this partition (default: every partition with a loss)")
+    al.add_argument("--reason", help="why the loss is accepted (kept in the ledger with who and when)")
+    al.add_argument("--dry-run", action="store_true", help="show what would be recorded")
+
     df = sub.add_parser("diff", help="compare batch and speed rows of one partition's offsets [FROM, TO)")
     df.add_argument("dataset")
     df.add_argument("--partition", type=int, required=True)
@@ -417,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_logs(config)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
-                   "audit": cmd_audit, "diff": cmd_diff,
+                   "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from loglake import paths
 from loglake.contracts import PROVENANCE, SystemTable
+from loglake.regex import java_incompatibility
 from loglake.errors import ConfigError, KeyedValueError
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
@@ -70,6 +71,10 @@ class FieldSpec(_Strict):
                 re.compile(self.pattern)
             except re.error as e:
                 raise KeyedValueError("pattern", f"pattern {self.pattern!r} is not a valid regular expression: {e}") from e
+            problem = java_incompatibility(self.pattern)
+            if problem:
+                raise KeyedValueError("pattern", f"pattern {self.pattern!r} would fail in Spark, which applies it "
+                                                 f"with Java's regex engine: {problem}")
         if self.enum is not None:
             if not self.enum:
                 raise KeyedValueError("enum", "enum must list at least one value")

@@ -117,7 +117,11 @@ class SystemTable:
 LEDGER = SystemTable("offsets ledger", "_ledger/offsets", contract(
     ("dataset", "string"), ("topic", "string"), ("partition", "int"), ("start", "bigint"), ("end", "bigint"),
     ("records", "bigint"), ("quarantined", "bigint"), ("run_id", "string"),
-    ("state", "string", "written | published"), ("committed_at", "timestamp"),
+    ("state", "string", "written | published | compacted | lost"), ("committed_at", "timestamp"),
+    ("batch_version", "bigint", "published/compacted: the batch table's version that readers serve"),
+    ("quarantine_version", "bigint", "published/compacted: the quarantine table's version of the batch layer"),
+    ("reason", "string", "lost: why the operator accepted the loss"),
+    ("recorded_by", "string", "lost: who accepted it (user@host)"),
 ))
 
 # One row per expectation per validation run (spark_jobs/quality.py).

@@ -135,8 +135,23 @@ class EmbeddedKafka:
             return False
         # After a restart the broker answers before it leads its partitions again (they
         # report no leader, or an error, while the logs load): ready only once it leads them all.
-        return bool(md.brokers) and all(p.error is None and p.leader >= 0
-                                        for t in md.topics.values() for p in t.partitions.values())
+        if not md.brokers or not all(p.error is None and p.leader >= 0
+                                     for t in md.topics.values() for p in t.partitions.values()):
+            return False
+        # Metadata can name the leader before its log is loaded (a ListOffsets then answers
+        # NOT_LEADER_FOR_PARTITION): ready once every partition answers one.
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, m in md.topics.items() for p in m.partitions}
+        if not wanted:
+            return True
+        try:
+            for fut in admin.list_offsets(wanted, request_timeout=timeout).values():
+                fut.result(timeout=timeout)
+        except Exception:
+            return False
+        return True
 
     def log_tail(self, n: int = 30) -> str:
         """The last ``n`` lines of kafka.log written since the latest start."""

@@ -136,6 +136,26 @@ class CoordinatorNotReadyError(KafkaUnavailableError):
     """A consumer group's coordinator is moving or still loading its offsets (right after a broker start)."""
 
 
+class WriterBusyError(LoglakeError):
+    """Another writer holds the dataset (``loglake.locks``) and did not let go in time.
+
+    Transient: the holder finishes, or its claim expires if it crashed."""
+
+    transient = True
+
+    def __init__(self, dataset: str, holder: dict, waited: float):
+        self.dataset, self.holder = dataset, holder
+        super().__init__(f"dataset {dataset} is being written by {describe_holder(holder)}; waited {waited:.0f}s "
+                         f"(one writer per dataset: batch, backfill, maintenance and loglake's commands take turns)")
+
+
+def describe_holder(holder: dict) -> str:
+    """``maintenance run manual-1 (pid 42 on host-a, since 2026-11-23T10:00:00Z)``."""
+    run = f" run {holder['run_id']}" if holder.get("run_id") else ""
+    return (f"{holder.get('operation', 'a writer')}{run} (pid {holder.get('pid')} on {holder.get('host')}, "
+            f"since {holder.get('acquired_at')})")
+
+
 def is_transient(error: BaseException) -> bool:
     """Whether another attempt may help: ``known_transient``, and anything loglake does not
     know (a crash, an out-of-memory) — Airflow's own default, so an unexpected failure

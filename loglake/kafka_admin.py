@@ -10,7 +10,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loglake.config import Config, Dataset
-from loglake.errors import CoordinatorNotReadyError, KafkaUnavailableError, known_transient
+from loglake.errors import ConfigError, CoordinatorNotReadyError, KafkaUnavailableError, known_transient
 from loglake.retrying import retry_transient
 
 TIMEOUT = 15.0
@@ -53,6 +53,8 @@ def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replicat
     name = topic or ds.topic
     existing = list_topics(config)
     if name in existing:
+        if name == ds.topic:
+            check_partitions(ds, existing[name])
         return name
     cfg = dict(extra or {})
     if ds.kind == "changelog":
@@ -88,6 +90,26 @@ def log_bounds(config: Config, topic: str) -> dict[int, tuple[int, int]]:
             what=f"reading the log bounds of {topic}", seconds=TIMEOUT)
     finally:
         _close(c)
+
+
+def check_partitions(ds: Dataset, found: int) -> None:
+    """A topic whose partition count differs from its dataset's ``partitions`` is refused:
+    keys hash to partitions by their count, so after a change one key's changes live in two
+    partitions whose offsets cannot order them (a changelog's newest value would be a guess),
+    and ranges, watermarks and checkpoints name partitions that moved."""
+    if found != ds.partitions:
+        raise ConfigError(
+            f"topic {ds.topic} has {found} partitions but the dataset declares {ds.partitions}; loglake orders a "
+            f"key's changes by offset within its partition, which a changed partition count breaks. Make "
+            f"partitions: {found} if the topic is right, or use a new topic (a new dataset) and backfill it "
+            f"from the log", key=f"datasets.{ds.name}.partitions")
+
+
+def dataset_bounds(config: Config, ds: Dataset) -> dict[int, tuple[int, int]]:
+    """``log_bounds`` of the dataset's topic, after checking its partition count (``check_partitions``)."""
+    bounds = log_bounds(config, ds.topic)
+    check_partitions(ds, len(bounds))
+    return bounds
 
 
 def end_offsets(config: Config, topic: str) -> dict[int, int]:

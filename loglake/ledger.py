@@ -20,17 +20,42 @@ def ledger_path(config: Config) -> str:
     return config.system_table_path(LEDGER)
 
 
-def ledger_rows(config: Config, ds: Dataset) -> list[dict]:
-    """The ledger's rows of ``ds`` on its current topic (empty when nothing ran yet)."""
+def ledger_rows(config: Config, ds: Dataset, version: int | None = None) -> list[dict]:
+    """The ledger's rows of ``ds`` on its current topic (empty when nothing ran yet), at
+    ``version`` of the ledger (its current one by default). Columns a ledger written by an
+    older loglake lacks read as None."""
     from loglake.tables import open_table, query
 
-    table = open_table(ledger_path(config))
+    table = open_table(ledger_path(config), version)
     if table is None:
         return []
+    present = set(table.schema().to_arrow().names)
+    columns = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in LEDGER.contract.names)
     name = ds.name.replace("'", "''")
     topic = ds.topic.replace("'", "''")
-    return query(table, f"SELECT {LEDGER.contract.select_sql()} FROM t WHERE dataset = '{name}' "
+    return query(table, f"SELECT {columns} FROM t WHERE dataset = '{name}' "
                         f"AND topic = '{topic}' ORDER BY \"partition\", start, committed_at")
+
+
+# Ledger states that cover offsets for the watermark: recomputed and validated, or lost
+# (deleted by Kafka before a layer read them, and accepted as lost by an operator).
+COVERING = (None, "published", "lost")
+
+
+def serving_point(rows: Sequence[Mapping]) -> tuple[int | None, int | None]:
+    """(batch version, quarantine version) that readers serve: those recorded by the newest
+    publish or compaction (both under the dataset's single writer). (None, None) for a
+    ledger from before versions were recorded: readers then take the tables' current ones."""
+    marked = [r for r in rows if r.get("batch_version") is not None]
+    if not marked:
+        return None, None
+    newest = max(marked, key=lambda r: (r["committed_at"], r["batch_version"]))
+    return newest["batch_version"], newest.get("quarantine_version")
+
+
+def lost_ranges(rows: Sequence[Mapping]) -> list[dict]:
+    """The ranges an operator accepted as lost (``loglake accept-loss``), oldest first."""
+    return sorted((dict(r) for r in rows if r.get("state") == "lost"), key=lambda r: (r["committed_at"], r["partition"]))
 
 
 def batch_watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | None = None) -> dict[int, int]:
@@ -50,9 +75,10 @@ def batch_watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | Non
 def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | None = None) -> dict[int, int]:
     """Per partition, the end of the contiguous coverage from the earliest offset.
 
-    ``ledger`` rows have ``partition``, ``start``, ``end`` and ``state``: only *published*
-    ranges count (a *written* range waits for its quality gate; rows from before the gate
-    existed have no state and count as published). Overlaps and repeats merge;
+    ``ledger`` rows have ``partition``, ``start``, ``end`` and ``state``: *published* and
+    *lost* ranges count (a *written* range waits for its quality gate; rows from before the
+    gate existed have no state and count as published; a *lost* range is one the log lost
+    and an operator accepted). Overlaps and repeats merge;
     a gap stops the watermark (what lies beyond a gap is not published). With
     ``earliest`` (partition → earliest retained offset), coverage must start at or before
     it: a partition whose first range starts later has no watermark, since its first
@@ -61,7 +87,7 @@ def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | 
     """
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for row in ledger:
-        if row.get("state") in (None, "published") and row["end"] > row["start"]:
+        if row.get("state") in COVERING and row["end"] > row["start"]:
             by_partition.setdefault(int(row["partition"]), []).append((int(row["start"]), int(row["end"])))
     marks = {}
     for p, spans in by_partition.items():

@@ -94,7 +94,7 @@ def validate_ranges(topic: str, specs: Sequence[tuple[int, int, int]], log: LogB
             raise ParamError(f"{where}.end", f"end ({end}) is beyond the log end of {topic}[{p}] ({log_end})")
         if start < earliest and end > start:
             raise DataLossError(topic, p, start, min(earliest, end),
-                                f"earliest retained offset is {earliest}; backfill from {earliest} or accept the loss")
+                                f"earliest retained offset is {earliest}; backfill from {earliest}")
         out.append(OffsetRange(topic, p, start, end))
     by_partition: dict[int, list[OffsetRange]] = {}
     for r in out:
@@ -118,8 +118,9 @@ def plan_from_watermarks(topic: str, watermarks: Mapping[int, int], log: LogBoun
         start = watermarks.get(p, earliest)
         if start < earliest:
             raise DataLossError(topic, p, start, earliest,
-                                "retention deleted them before the batch layer read them; "
-                                "run a backfill from the earliest offset to accept the loss")
+                                "retention deleted them before the batch layer read them; the watermark stays "
+                                "there until an operator records the loss: loglake accept-loss DATASET "
+                                f"--partition {p} --reason TEXT (or the loglake_accept_loss DAG)")
         if start > end:
             raise OffsetError(f"watermark {start} of {topic}[{p}] is beyond the log end {end}: "
                               "was the topic recreated?", topic=topic, partition=p)
@@ -143,10 +144,10 @@ def parse_timestamp(value: str, field_name: str) -> int:
 
 def plan_batch(config, ds) -> Plan:
     """Recompute from each partition's watermark to the current end (the scheduled run)."""
-    from loglake.kafka_admin import log_bounds
+    from loglake.kafka_admin import dataset_bounds
     from loglake.ledger import batch_watermarks
 
-    log = log_bounds(config, ds.topic)
+    log = dataset_bounds(config, ds)
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole retained log, not appended to.
         ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
@@ -159,7 +160,7 @@ def plan_batch(config, ds) -> Plan:
 def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str | None = None,
                   to_ts: str | None = None) -> Plan:
     """Validate a backfill request and turn it into a plan (nothing runs here)."""
-    from loglake.kafka_admin import log_bounds, offsets_for_times
+    from loglake.kafka_admin import dataset_bounds, offsets_for_times
 
     ranges = list(ranges or [])
     if ranges and (from_ts or to_ts):
@@ -168,7 +169,7 @@ def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str 
         missing = "to_ts" if from_ts else "from_ts"
         raise ParamError("ranges" if not (from_ts or to_ts) else missing,
                          "give ranges (PARTITION:START-END) or both from_ts and to_ts")
-    log = log_bounds(config, ds.topic)
+    log = dataset_bounds(config, ds)
     if ds.kind == "changelog":
         raise ParamError("dataset", f"{ds.name} is a changelog: its latest state is rebuilt from the full log "
                          "by `loglake batch`, not backfilled by range")

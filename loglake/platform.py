@@ -117,7 +117,10 @@ def status(config: Config) -> int:
     for stream in streams(config):
         pid = stream.pid()
         ok &= pid is not None
-        print(f"  {'speed-' + stream.ds.name:<22} {_state(pid)}")
+        failed = None if pid else stream.failure()
+        print(f"  {'speed-' + stream.ds.name:<22} {_state(pid)}"
+              + (f"  by a permanent error (not restarted): {failed['error_type']}: "
+                 f"{failed['error'].splitlines()[0]}" if failed else ""))
     airflow = _airflow(config)
     st = airflow.status()
     for c, info in st["components"].items():

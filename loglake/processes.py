@@ -216,8 +216,13 @@ def supervise(argv: list[str]) -> int:
     """Run ``argv`` and restart it when it dies, with backoff, until SIGTERM.
 
     Used for the background speed stream: a crash (OOM, broker restart) costs a restart,
-    never data, because the stream resumes from its checkpoint.
+    never data, because the stream resumes from its checkpoint. A job that reported a
+    permanent error in its ``--summary-file`` (a bad pattern, data loss: a restart would
+    fail the same way) is not restarted; the summary stays for ``loglake status``.
     """
+    from loglake.jobs import read_summary_file, summary_file_of
+
+    summary_file = summary_file_of(argv)
     stopping = False
     child: subprocess.Popen | None = None
 
@@ -236,6 +241,11 @@ def supervise(argv: list[str]) -> int:
         code = child.wait()
         if stopping or code == 0:
             return 0 if stopping else code
+        summary = read_summary_file(summary_file) if summary_file else None
+        if summary and summary.get("transient") is False:
+            print(f"loglake supervisor: stopped by a permanent error, not restarting: {summary.get('error_type')}: "
+                  f"{summary.get('error')}", flush=True)
+            return code
         if time.monotonic() - started > 60:
             backoff = 1.0
         print(f"loglake supervisor: {argv[0]} exited with {code}; restarting in {backoff:.0f}s", flush=True)

@@ -66,6 +66,8 @@ class DatasetStatus:
     audit: dict | None  # loglake.results.last_audit
     tables: list[TableStatus] = field(default_factory=list)
     at: float = 0.0  # when it was read (epoch seconds): the "now" of every age above
+    writer: dict | None = None  # the holder of the dataset's lease (loglake.locks), None: free
+    lost: list[dict] = field(default_factory=list)  # ranges accepted as lost (loglake.losses), oldest first
 
     def to_dict(self) -> dict:
         """JSON-ready (timestamps as ISO strings)."""
@@ -117,8 +119,14 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
         result.append(PartitionStatus(s.partition, s.earliest, s.end, s.speed_position, marks.get(s.partition),
                                       lag_seconds=age(s.partition, s.speed_position, s.end),
                                       oldest_unprocessed=old, retention_seconds=left))
+    from loglake.ledger import ledger_rows, lost_ranges
+    from loglake.locks import holders
+
+    lost = [{k: r[k] for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")}
+            for r in lost_ranges(ledger_rows(config, ds))]
     return DatasetStatus(ds.name, ds.topic, ds.kind, result, retention, policy,
-                         last_quality(config, ds), last_audit(config, ds), table_status(config, ds), now)
+                         last_quality(config, ds), last_audit(config, ds), table_status(config, ds), now,
+                         holders(config, [ds.name]).get(ds.name), lost)
 
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
@@ -199,7 +207,20 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
     lines.append(f"  quality: {quality_text(st.quality)}")
     lines.append(f"  audit: {audit_text(st.audit)}")
     lines.append("  tables: " + ", ".join(table_text(t) for t in st.tables))
+    lines.append(f"  writer: {writer_text(st.writer)}")
+    lines += [f"  accepted loss: {lost_text(r)}" for r in st.lost]
     return lines
+
+
+def lost_text(r: dict) -> str:
+    return (f"[{r['partition']}] offsets [{r['start']}, {r['end']}) ({r['end'] - r['start']:,} offsets) accepted by "
+            f"{r['recorded_by']} at {_iso(r['committed_at'])}: {r['reason']}")
+
+
+def writer_text(holder: dict | None) -> str:
+    from loglake.errors import describe_holder
+
+    return "none (free)" if holder is None else f"{describe_holder(holder)}, lease until {holder.get('expires_at')}"
 
 
 def _iso(value) -> str:

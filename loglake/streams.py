@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loglake.config import Config, Dataset
-from loglake.jobs import JobRequest
+from loglake.jobs import JobRequest, read_summary_file
 from loglake.launch import JobOutcome, job_env, run_job, spark_submit
 from loglake.processes import Managed, wait_for
 
@@ -35,8 +35,40 @@ class SpeedStream:
     def progress_file(self) -> Path:
         return self.config.home / "run" / f"speed-{self.ds.name}.progress.json"
 
+    @property
+    def summary_file(self) -> Path:
+        """Where the background stream's job reports how it ended (see ``failure``)."""
+        return self.config.home / "run" / f"speed-{self.ds.name}.summary"
+
     def request(self, available_now: bool) -> JobRequest:
         return JobRequest("speed", self.ds.name, available_now=available_now, progress_file=str(self.progress_file))
+
+    def blocked(self) -> dict | None:
+        """Why the running stream waits (offsets Kafka lost, not yet accepted), or None."""
+        try:
+            return json.loads((self.config.home / "run" / f"speed-{self.ds.name}.blocked.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def failure(self) -> dict | None:
+        """How the stream stopped when a permanent error stopped it (the supervisor does not
+        restart those: a bad pattern, data loss): ``{"error", "error_type", ...}``; else None."""
+        if self.pid():
+            return None
+        summary = read_summary_file(self.summary_file)
+        return summary if summary and "error" in summary and summary.get("transient") is False else None
+
+    def state(self) -> str:
+        """``running (pid N)``, ``stopped``, or ``stopped by a permanent error: ...``."""
+        pid = self.pid()
+        if pid:
+            blocked = self.blocked()
+            return f"running (pid {pid})" + (f", WAITING: {blocked['error']}" if blocked else "")
+        failed = self.failure()
+        if failed:
+            return (f"stopped by a permanent error (not restarted): {failed['error_type']}: "
+                    f"{failed['error'].splitlines()[0]}")
+        return "stopped"
 
     def pid(self) -> int | None:
         return self.process.pid()
@@ -47,7 +79,9 @@ class SpeedStream:
         if running:
             return running, False
         self.progress_file.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "loglake.processes", *spark_submit(self.config, self.request(False))]
+        self.summary_file.unlink(missing_ok=True)
+        request = self.request(False).with_summary_file(self.summary_file)
+        cmd = [sys.executable, "-m", "loglake.processes", *spark_submit(self.config, request)]
         return self.process.start(cmd, env=job_env(self.config)), True
 
     def stop(self) -> bool:

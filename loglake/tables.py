@@ -6,6 +6,7 @@ scan: pyarrow's scanner threads could abort the interpreter at exit on this stac
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from loglake.config import Config, Dataset
@@ -33,6 +34,18 @@ def dataset_tables(config: Config, ds: Dataset) -> list[TableRef]:
     return [TableRef(layer, getattr(ds.tables, layer), config.table_path(ds, layer)) for layer in layers]
 
 
+def staging_path(config: Config, ds: Dataset, run_id: str, layer: str) -> str:
+    """Where a batch run writes ``layer`` (batch, quarantine) aside when what it writes would
+    be served before its quality gate (a backfill below the watermark, a changelog rebuild):
+    the gate swaps it in when it passes (``spark_jobs/quality.py``)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+    return f"{config.lake_root.rstrip('/')}/_staging/{ds.name}/{safe}/{layer}"
+
+
+def staging_root(config: Config, ds: Dataset, run_id: str) -> str:
+    return staging_path(config, ds, run_id, "").rstrip("/")
+
+
 def _is_delta(path: str) -> bool:
     from deltalake import DeltaTable
 
@@ -57,12 +70,13 @@ def snapshot(path: str) -> Snapshot:
     return Snapshot(table.version(), adds.num_rows, int(size or 0))
 
 
-def open_table(path: str):
+def open_table(path: str, version: int | None = None):
+    """The Delta table at ``path`` (at ``version``, its current one by default); None if none."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(path.replace("s3a://", "s3://"))
+        return DeltaTable(path.replace("s3a://", "s3://"), version=version)
     except TableNotFoundError:
         return None
 

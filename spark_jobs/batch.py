@@ -23,9 +23,11 @@ from pyspark.sql import functions as F
 from loglake.config import Config, Dataset
 from loglake.errors import OffsetError
 from loglake.jobs import JobRequest
-from loglake.kafka_admin import log_bounds
+from loglake.kafka_admin import dataset_bounds
+from loglake.ledger import batch_watermarks
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
+from loglake.tables import staging_path
 from spark_jobs import delta_io, entry, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
 from spark_jobs.predicates import range_predicate
@@ -37,12 +39,23 @@ def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> Data
 
     Events: every valid record, transformed. Changelog: the latest state by key.
     """
-    log = log_bounds(config, ds.topic)
+    log = dataset_bounds(config, ds)
     ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
     valid = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
     if ds.kind == "changelog":
         return delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
     return valid
+
+
+def must_stage(config: Config, ds: Dataset, ranges: list[OffsetRange]) -> bool:
+    """Whether rows written for ``ranges`` would be served before their quality gate ran:
+    a changelog's rebuilt state (it replaces the whole table), or an events range below its
+    partition's watermark (a backfill). Ranges at or above the watermark are written in
+    place: the serving view reads batch rows only below it, and only the gate moves it."""
+    if ds.kind == "changelog":
+        return True
+    marks = batch_watermarks(config, ds)
+    return any(r.partition in marks and r.start < marks[r.partition] for r in ranges)
 
 
 def _replace(df: DataFrame, path: str, predicate: str) -> None:
@@ -63,14 +76,19 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
 
     raw = read_ranges(spark, config, ranges)
     validated = parse.validate(raw, ds)
-    batch_path = config.table_path(ds, "batch")
-    quarantine_path = config.table_path(ds, "quarantine")
+    staged = must_stage(config, ds, ranges)
+    if staged:  # written aside: the quality gate swaps it in when it passes
+        batch_path, quarantine_path = (staging_path(config, ds, run_id, layer) for layer in ("batch", "quarantine"))
+    else:
+        batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.
         validated = validated.persist()
     try:
         # The first write reads, validates and counts (per partition, for the ledger).
-        observed, observation = parse.counted(validated, sorted({r.partition for r in ranges}))
+        exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
+        observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
+                                              exact=exact)
         valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
         if ds.kind == "changelog":
             state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
@@ -85,7 +103,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             n = observation.get
             where = f"_layer = 'batch' AND ({predicate})"
             if n["quarantined"]:
-                bad = parse.validate(parse.only_offsets(raw, n["bad"]), ds)
+                bad = parse.validate(parse.bad_records(raw, n), ds)
                 _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
             elif delta_io.table_exists(spark, quarantine_path):
                 DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
@@ -94,18 +112,15 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
-    counts = {(r.partition, bad): n[f"{'quarantined' if bad else 'records'}_{r.partition}"]
-              for r in ranges for bad in (False, True)}
-
     append_ledger(spark, config, [
         {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
-         "records": counts.get((r.partition, False), 0), "quarantined": counts.get((r.partition, True), 0),
-         "run_id": run_id, "state": "written"} for r in ranges])
+         "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
+         "run_id": run_id, "state": "written"} for i, r in enumerate(ranges)])
     seconds = time.monotonic() - started
-    records = sum(n for (_p, bad), n in counts.items() if not bad)
-    quarantined = sum(n for (_p, bad), n in counts.items() if bad)
+    records = sum(n[f"records_{i}"] for i in range(len(ranges)))
+    quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
     total = records + quarantined
-    return {**summary, "records": records, "quarantined": quarantined, "seconds": round(seconds, 3),
+    return {**summary, "records": records, "quarantined": quarantined, "staged": staged, "seconds": round(seconds, 3),
             "records_per_second": round(total / seconds) if seconds else None}
 
 

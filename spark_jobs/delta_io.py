@@ -96,9 +96,25 @@ def idempotent_dml(spark: SparkSession, app_id: str, version: int):
 
 
 def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
-    """The newest change per key: highest offset wins (one key lives on one partition)."""
-    newest = F.max_by(F.struct(*changes.columns), F.struct("_offset", "_partition"))
-    return changes.groupBy(key).agg(newest.alias("_row")).select("_row.*")
+    """The newest change per key.
+
+    Offsets order changes only within a partition: a key's newest change in each partition
+    is its highest offset there. A key's changes live in one partition (the producer hashes
+    the key; a changed partition count is refused, ``loglake.kafka_admin.check_partitions``);
+    should a custom partitioner still spread one key over several, the newest of those is
+    the one with the newest Kafka timestamp (then the higher partition), never a
+    comparison of offsets of different partitions.
+    """
+    in_partition = F.max_by(F.struct(*changes.columns), F.col("_offset"))
+    per_partition = changes.groupBy(key, "_partition").agg(in_partition.alias("_row")).select("_row.*")
+    across = F.max_by(F.struct(*changes.columns), F.struct("_kafka_timestamp", "_partition"))
+    return per_partition.groupBy(key).agg(across.alias("_row")).select("_row.*")
+
+
+# Whether change ``s`` is newer than state row ``t`` of the same key (the rule of ``latest_per_key``).
+NEWER = ("(s._partition = t._partition AND s._offset > t._offset) OR (s._partition <> t._partition AND "
+         "(s._kafka_timestamp > t._kafka_timestamp OR (s._kafka_timestamp = t._kafka_timestamp AND "
+         "s._partition > t._partition)))")
 
 
 def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int) -> int:
@@ -115,7 +131,7 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
     if not table_exists(spark, path):
         create_if_missing(changes.select(*state_cols), path)
     newest = latest_per_key(changes, key)
-    newer = "s._partition <> t._partition OR s._offset > t._offset"
+    newer = NEWER
 
     def merge() -> None:
         with idempotent_dml(spark, app_id, version):

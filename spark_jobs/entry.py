@@ -11,11 +11,17 @@ traceback) or re-raises (anything else: the traceback is what a developer needs)
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Callable
 
 from loglake.config import Config, Dataset, load_config
-from loglake.errors import LoglakeError
+from loglake.errors import ConfigError, LoglakeError
 from loglake.jobs import JobRequest, failure, report, summary_file_of
+from loglake.locks import writer
+
+# The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
+# stream appends beside them.
+WRITERS = ("batch", "quality", "maintenance")
 
 
 def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
@@ -27,11 +33,15 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
         ds: Dataset = config.dataset(request.dataset)
         from spark_jobs.session import get_spark
 
-        spark = get_spark(config, f"loglake-{job}-{ds.name}")
-        try:
-            summary = body(spark, config, ds, request)
-        finally:
-            spark.stop()  # drains the listener bus before Python goes away
+        # One writer per dataset: the lease is taken before the JVM starts (a job that waits
+        # costs no memory) and held until the session stopped.
+        lease = writer(config, ds.name, job, request.run_id) if job in WRITERS else nullcontext()
+        with lease:
+            spark = get_spark(config, f"loglake-{job}-{ds.name}")
+            try:
+                summary = body(spark, config, ds, request)
+            finally:
+                spark.stop()  # drains the listener bus before Python goes away
         report(summary, summary_file)
         return 0
     except LoglakeError as e:
@@ -39,5 +49,27 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
         report(failure(e), summary_file)
         return 2
     except Exception as e:
+        known = known_jvm_error(e)
+        if known is not None:
+            print(f"{type(known).__name__}: {known}", file=sys.stderr, flush=True)
+            report(failure(known), summary_file)
+            return 2
         report(failure(e), summary_file)
         raise
+
+
+def known_jvm_error(error: BaseException) -> LoglakeError | None:
+    """A JVM-side failure loglake understands, as loglake's own error (None: not one).
+
+    A field's ``pattern`` that Java's regex engine refuses (config load refuses the known
+    cases; this names any other) is a configuration error: permanent, so the supervisor
+    stops restarting the stream instead of failing the same way for ever.
+    """
+    text = str(error)
+    for marker in ("[INVALID_PARAMETER_VALUE.PATTERN]", "java.util.regex.PatternSyntaxException"):
+        if marker in text:
+            line = next(line for line in text.splitlines() if marker in line)
+            detail = line.split(marker, 1)[1].lstrip(": ").split(" SQLSTATE")[0]
+            return ConfigError(f"a field's pattern is not a valid Java regular expression (Spark applies "
+                               f"patterns with Java's engine): {detail}", key="schema.<field>.pattern")
+    return None

@@ -37,8 +37,29 @@ def check_retained(config: Config, ranges: list[OffsetRange]) -> None:
 
 
 def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) -> DataFrame:
-    """Exactly ``ranges`` from Kafka, with Spark's Kafka source in batch mode."""
+    """Exactly ``ranges`` from Kafka, with Spark's Kafka source in batch mode.
+
+    The source takes one [start, end) per partition: several ranges of one partition are
+    read in rounds (the n-th range of each partition in round n), unioned.
+    """
     topic = ranges[0].topic
+    rounds: list[list[OffsetRange]] = []
+    for r in sorted(ranges, key=lambda r: (r.partition, r.start)):
+        for round_ in rounds:
+            if all(o.partition != r.partition for o in round_):
+                round_.append(r)
+                break
+        else:
+            rounds.append([r])
+    frames = [_read_round(spark, config, topic, round_) for round_ in rounds]
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _read_round(spark: SparkSession, config: Config, topic: str, ranges: list[OffsetRange]) -> DataFrame:
+    """At most one range per partition."""
     opts = source_options(config, topic)
     opts.pop("subscribe")
     opts["assign"] = json.dumps({topic: [r.partition for r in ranges]})

@@ -36,7 +36,7 @@ from loglake.maintenance import EXPIRED_LAYERS
 from loglake.tables import Snapshot, TableRef, dataset_tables, snapshot
 from spark_jobs import delta_io, entry
 from spark_jobs.predicates import below_watermark
-from spark_jobs.system_tables import append
+from spark_jobs.system_tables import append, append_ledger, serving_versions
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
@@ -176,6 +176,12 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
         rows.append(optimize(spark, t, policy.zorder_by))
         rows.append(vacuum(spark, config, t, policy))
     record(spark, config, ds, rows, run_id)
+    if any(r["version_after"] != r["version_before"] for r in rows if r["table"] in (ds.tables.batch, ds.tables.quarantine)):
+        # Readers serve the batch side at the last recorded versions: move them to the compacted
+        # ones, so VACUUM never removes the files of a version still served.
+        append_ledger(spark, config, [{"dataset": ds.name, "topic": ds.topic, "partition": -1, "start": 0, "end": 0,
+                                       "records": 0, "quarantined": 0, "run_id": run_id, "state": "compacted",
+                                       **serving_versions(config, ds)}])
     return {"dataset": ds.name, "run_id": run_id, "tables": len(tables), "watermarks": marks,
             "rows_expired": sum(r["rows_deleted"] or 0 for r in rows),
             "vacuum_retention_hours": policy.vacuum_retention_hours,

@@ -10,12 +10,15 @@ Shared by the speed and batch layers, so they cannot drift. Each record gets a
 from __future__ import annotations
 
 import json
+from functools import reduce
+from typing import Sequence
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from loglake import contracts
 from loglake.config import Dataset, FieldSpec
+from loglake.offsets import OffsetRange
 
 PROVENANCE = contracts.PROVENANCE.names
 
@@ -206,23 +209,52 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
     return base, checked, final
 
 
-def counted(validated: DataFrame, partitions: list[int] | None = None) -> tuple[DataFrame, Observation]:
+# A pass notes quarantined offsets one by one (for a second pass that parses only them)
+# while its range holds at most this many offsets; beyond, it notes one window per
+# partition (lowest..highest bad offset), so the driver's memory stays bounded whatever
+# the bad fraction: 10 M malformed records in a row are two numbers, not a 10 M list.
+EXACT_BAD_LIMIT = 1_000_000
+
+
+def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partitions: Sequence[int] = (),
+            exact: bool = True) -> tuple[DataFrame, Observation]:
     """``validated`` with its rows counted as a write reads them (no extra pass).
 
     After the first action on the returned frame (or one derived from it), the
-    observation's ``get`` holds ``records`` (valid), ``quarantined``, ``bad`` (the
-    (partition, offset) of each quarantined record, for ``only_offsets``) and, per
-    partition in ``partitions``, ``records_<p>`` and ``quarantined_<p>``.
+    observation's ``get`` holds ``records`` (valid), ``quarantined`` and, per range ``i``
+    of ``ranges``, ``records_<i>`` and ``quarantined_<i>``; and where the quarantined
+    records are, for ``bad_records``: ``bad`` ("p:o,p:o,...", ``exact``) or, per partition in
+    ``partitions``, ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded).
     """
     bad = F.col("_reason").isNotNull()
-    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
-               # "p:o,p:o,...": a string crosses Py4J in one piece, a list of rows would not.
-               F.concat_ws(",", F.collect_list(F.when(bad, F.concat_ws(":", "_partition", "_offset")))).alias("bad")]
-    for p in partitions or []:
-        here = F.col("_partition") == p
-        metrics += [F.count_if(here & ~bad).alias(f"records_{p}"), F.count_if(here & bad).alias(f"quarantined_{p}")]
+    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined")]
+    if exact:
+        # "p:o,p:o,...": a string crosses Py4J in one piece, a list of rows would not.
+        metrics.append(F.concat_ws(",", F.collect_list(F.when(bad, F.concat_ws(":", "_partition", "_offset"))))
+                       .alias("bad"))
+    else:
+        for p in partitions:
+            here_bad = bad & (F.col("_partition") == p)
+            metrics += [F.min(F.when(here_bad, F.col("_offset"))).alias(f"bad_min_{p}"),
+                        F.max(F.when(here_bad, F.col("_offset"))).alias(f"bad_max_{p}")]
+    for i, r in enumerate(ranges):
+        here = (F.col("_partition") == r.partition) & (F.col("_offset") >= r.start) & (F.col("_offset") < r.end)
+        metrics += [F.count_if(here & ~bad).alias(f"records_{i}"), F.count_if(here & bad).alias(f"quarantined_{i}")]
     obs = Observation("loglake_counts")
     return validated.observe(obs, *metrics), obs
+
+
+def bad_records(raw: DataFrame, counts: dict) -> DataFrame:
+    """The Kafka rows of ``raw`` that ``counted`` saw quarantined (exactly those, or every
+    row of each partition's bad window): what a second pass parses again."""
+    if "bad" in counts:
+        return only_offsets(raw, counts["bad"])
+    windows = [(int(k[len("bad_min_"):]), v, counts[f"bad_max_{k[len('bad_min_'):]}"])
+               for k, v in counts.items() if k.startswith("bad_min_") and v is not None]
+    if not windows:
+        return raw.limit(0)
+    inside = [(F.col("partition") == p) & F.col("offset").between(lo, hi) for p, lo, hi in windows]
+    return raw.where(reduce(lambda a, b: a | b, inside))
 
 
 def only_offsets(raw: DataFrame, offsets: str) -> DataFrame:

@@ -29,10 +29,11 @@ from loglake.errors import ConfigError, OffsetError, QualityGateError
 from loglake.jobs import JobRequest
 from loglake.ledger import ledger_path
 from loglake.planning import Plan
+from loglake.tables import staging_path, staging_root
 from spark_jobs import entry
 from spark_jobs.delta_io import table_exists
 from spark_jobs.predicates import range_predicate
-from spark_jobs.system_tables import append, append_ledger
+from spark_jobs.system_tables import append, append_ledger, serving_versions
 
 SAMPLE = 10  # offsets shown per failed expectation
 _SEVERITY = {"fail": "critical", "warn": "warning"}  # GX's own FailureSeverity names
@@ -123,8 +124,9 @@ def _outcome(e: Expectation, r) -> dict:
             "observed": json.dumps(result, default=str, sort_keys=True), "sample_offsets": offsets}
 
 
-def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict[int, dict]:
-    """The ledger's *written* rows of this run for the plan's ranges, by partition."""
+def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> list[dict]:
+    """The ledger's *written* rows of this run for the plan's ranges, one per range (a
+    partition may have several ranges)."""
     path = ledger_path(config)
     rows = [] if not table_exists(spark, path) else spark.read.format("delta").load(path).where(
         (F.col("dataset") == ds.name) & (F.col("run_id") == run_id) & (F.col("state") == "written")).collect()
@@ -133,7 +135,7 @@ def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_i
     if missing:
         raise OffsetError(f"run {run_id} did not write {', '.join(missing)} (run the batch job for this plan "
                           "first; the quality gate validates what it wrote)", topic=ds.topic)
-    return {p: r.asDict() for (p, _s, _e), r in by_range.items()}
+    return [by_range[(r.partition, r.start, r.end)].asDict() for r in plan.ranges if r.size]
 
 
 def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> dict:
@@ -144,7 +146,11 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
     if not ranges:
         return {**summary, "published": False, "rows": 0, "failed": [], "warned": [], "seconds": 0.0}
     written = _written(spark, config, ds, plan, run_id)
-    rows = spark.read.format("delta").load(config.table_path(ds, "batch")).where(range_predicate(ranges))
+    staged = table_exists(spark, staging_path(config, ds, run_id, "batch"))
+    source = staging_path(config, ds, run_id, "batch") if staged else config.table_path(ds, "batch")
+    rows = spark.read.format("delta").load(source)
+    if ds.kind != "changelog":
+        rows = rows.where(range_predicate(ranges))
     rows = rows.persist()
     try:
         outcomes = validate_rows(config, ds, rows, f"{ds.name}/{run_id}")
@@ -159,8 +165,12 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
         {**o, "dataset": ds.name, "topic": ds.topic, "ranges": ranges_json, "run_id": run_id, "published": published}
         for o in outcomes], stamp="validated_at")
     if published:
-        publish(spark, config, [written[r.partition] for r in ranges])
-    result = {**summary, "published": published, "rows": count,
+        if staged:
+            swap_in(spark, config, ds, ranges, run_id)
+        publish(spark, config, ds, written)
+    if staged:
+        drop_staging(spark, config, ds, run_id)
+    result = {**summary, "published": published, "rows": count, "staged": staged,
               "failed": [_brief(o) for o in failed], "warned": [_brief(o) for o in warned],
               "seconds": round(time.monotonic() - started, 3)}
     if failed:
@@ -168,13 +178,42 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
     return result
 
 
+def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: str) -> None:
+    """Replace the served rows with the validated ones written aside: one Delta commit per
+    table (batch, then quarantine). Readers serve the batch table at the version the publish
+    records next (``loglake.snapshots``), so they switch from the old rows to the new at once."""
+    staged = {layer: spark.read.format("delta").load(staging_path(config, ds, run_id, layer))
+              for layer in ("batch", "quarantine")}
+    batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
+    if ds.kind == "changelog":
+        (staged["batch"].write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .save(batch_path))
+        where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
+    else:
+        where = range_predicate(ranges)
+        (staged["batch"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
+         .save(batch_path))
+        where = f"_layer = 'batch' AND ({where})"
+    (staged["quarantine"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
+     .save(quarantine_path))
+
+
+def drop_staging(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> None:
+    """Delete a run's staging tables (after their rows were swapped in, or refused)."""
+    jvm = spark._jvm
+    root = jvm.org.apache.hadoop.fs.Path(staging_root(config, ds, run_id))
+    root.getFileSystem(spark._jsc.hadoopConfiguration()).delete(root, True)
+
+
 def _brief(o: dict) -> dict:
     return {k: o[k] for k in ("expectation", "column", "unexpected_count", "element_count", "sample_offsets")}
 
 
-def publish(spark: SparkSession, config: Config, written: list[dict]) -> None:
-    """Append the written ranges to the ledger as published: the watermark may now pass them."""
-    append_ledger(spark, config, [{**w, "state": "published"} for w in written])
+def publish(spark: SparkSession, config: Config, ds: Dataset, written: list[dict]) -> None:
+    """Append the written ranges to the ledger as published, with the versions readers now
+    serve: the watermark may pass them."""
+    versions = serving_versions(config, ds)
+    append_ledger(spark, config, [{**w, **versions, "state": "published"} for w in written])
 
 
 def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:

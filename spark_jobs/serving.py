@@ -15,12 +15,10 @@ from typing import Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from loglake.config import Config, Dataset
-from loglake.contracts import LEDGER
-from loglake.errors import ConfigError
+from loglake.errors import ConfigError, ParamError
 from loglake.kafka_admin import log_bounds
-from loglake.ledger import compute_watermarks, ledger_path
 from loglake.planning import parse_timestamp
-from loglake.tables import open_table
+from loglake.snapshots import pin
 from spark_jobs.delta_io import table_exists
 from spark_jobs.predicates import below_watermark
 
@@ -53,75 +51,48 @@ def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Mapping
                        key: str, columns: list[str]) -> str:
     cols = _quoted(columns)
     union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
-    return (f"SELECT {cols} FROM (SELECT *, row_number() OVER (PARTITION BY `{key}` "
-            f"ORDER BY _offset DESC, _partition DESC) AS _rank FROM ({union})) WHERE _rank = 1 AND NOT _deleted")
-
-
-def version_at(path: str, timestamp_ms: int) -> int | None:
-    """The table's version as of ``timestamp_ms`` (None if it did not exist yet).
-
-    Unlike Delta's ``TIMESTAMP AS OF``, a time after the last commit is fine: the table
-    then was what its last commit made it.
-    """
-    table = open_table(path)
-    if table is None:
-        return None
-    versions = [h["version"] for h in table.history() if h.get("timestamp", 0) <= timestamp_ms]
-    return max(versions) if versions else None
-
-
-def _as_of_clause(path: str, as_of: str | None) -> str | None:
-    """``VERSION AS OF n`` for ``as_of``; None when the table did not exist at that time."""
-    if as_of is None:
-        return ""
-    if _VERSION.match(as_of):
-        return f" VERSION AS OF {int(as_of)}"
-    version = version_at(path, parse_timestamp(as_of, "--as-of"))
-    return None if version is None else f" VERSION AS OF {version}"
-
-
-def read_watermarks(spark: SparkSession, config: Config, ds: Dataset, as_of: str | None = None) -> dict[int, int]:
-    """Watermarks from the ledger (as of a timestamp, for a consistent time-travel view)."""
-    path = ledger_path(config)
-    clause = _as_of_clause(path, as_of) if table_exists(spark, path) else None
-    if clause is None:
-        return {}
-    columns = ", ".join(f"`{c}`" for c in LEDGER.contract.names)
-    sql = f"SELECT {columns} FROM delta.`{path}`{clause} WHERE dataset = '{ds.name}' AND topic = '{ds.topic}'"
-    earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
-    return compute_watermarks([r.asDict() for r in spark.sql(sql).collect()], earliest)
+    # Newest per key as ``spark_jobs.delta_io.latest_per_key`` decides: by offset within a
+    # partition, then (a key spread over partitions) by Kafka timestamp, then partition.
+    in_partition = (f"SELECT *, row_number() OVER (PARTITION BY `{key}`, _partition ORDER BY _offset DESC) "
+                    f"AS _in_p FROM ({union})")
+    across = (f"SELECT *, row_number() OVER (PARTITION BY `{key}` ORDER BY _kafka_timestamp DESC, "
+              f"_partition DESC) AS _rank FROM ({in_partition}) WHERE _in_p = 1")
+    return f"SELECT {cols} FROM ({across}) WHERE _rank = 1 AND NOT _deleted"
 
 
 def register_tables(spark: SparkSession, config: Config, as_of: str | None = None) -> list[str]:
     """Register ``speed.*``, ``batch.*``, ``quarantine.*`` and each dataset's serving view.
 
-    ``as_of``: a Delta version (each raw table at that version; serving views need a
-    consistent snapshot, so they are registered only for a timestamp) or a timestamp
-    (every table and the ledger as of then). Returns the names registered.
+    Every view is pinned: each dataset's tables and ledger are read at one consistent point
+    (``loglake.snapshots.pin``), now or as of a timestamp ``as_of``, so a registered view
+    returns the same rows however long it is used, whatever batch runs, backfills and
+    maintenance do meanwhile; registering again moves to the newest point. ``as_of`` a
+    Delta version: each raw table at that version (serving views need a consistent point,
+    so they are registered only for a timestamp). Returns the names registered.
     """
     names = []
     for schema in ("speed", "batch", "quarantine"):
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    version = int(as_of) if as_of is not None and _VERSION.match(as_of) else None
+    as_of_ms = parse_timestamp(as_of, "--as-of") if as_of is not None and version is None else None
     for ds in config.datasets.values():
+        snap = None if version is not None else pin(config, ds, as_of_ms)
         present = {}
         for layer in ("speed", "batch", "quarantine", "latest"):
             name = getattr(ds.tables, layer)
             if name is None:
                 continue
             path = config.table_path(ds, layer)
-            if not table_exists(spark, path):
+            pinned = snap.version(layer) if snap is not None else (version if table_exists(spark, path) else None)
+            if pinned is None:  # no table (yet, or at that time)
                 continue
-            clause = _as_of_clause(path, as_of)
-            if clause is None:  # the table did not exist yet at that time
-                continue
-            spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}`{clause}")
+            spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}` VERSION AS OF {pinned}")
             present[layer] = name
             names.append(name)
-        if as_of is not None and _VERSION.match(as_of):
+        if snap is None or ("speed" not in present and "batch" not in present):
             continue
-        if "speed" not in present and "batch" not in present:
-            continue
-        marks = read_watermarks(spark, config, ds, as_of)
+        earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
+        marks = snap.watermarks(earliest)
         source = present.get("batch") or present["speed"]
         columns = [c for c in spark.table(source).columns if c != "_deleted"]
         if ds.kind == "changelog":
@@ -143,7 +114,45 @@ def serving_view(spark: SparkSession, config: Config, ds: Dataset | str, as_of: 
     return spark.table(f"`{ds.name}`")
 
 
+# Commands that only read: SHOW, DESCRIBE, EXPLAIN (which plans a statement, never runs it).
+_READ_ONLY_COMMANDS = re.compile(r"^(Show\w*|Describe\w*|ExplainCommand)$")
+
+
+def _plan_nodes(plan):
+    """Every node of a parsed (unresolved) logical plan, root first."""
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        yield node
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+
+
+def check_read_only(spark: SparkSession, sql: str) -> None:
+    """Refuse a statement that could change a table (INSERT, DELETE, UPDATE, MERGE, CREATE,
+    DROP, ALTER, RESTORE, OPTIMIZE, VACUUM, SET, ...): loglake's tables change only through
+    its jobs, which keep the offsets ledger and the audit true. Queries, SHOW, DESCRIBE
+    and EXPLAIN pass. A statement that does not parse is left to Spark's own error."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(sql)
+    except Py4JJavaError:
+        return
+    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
+    for node in _plan_nodes(plan):
+        name = node.getClass().getSimpleName()
+        writes = command.isInstance(node) or name.endswith(("Statement", "Command")) or name == "InsertIntoStatement"
+        if writes and not _READ_ONLY_COMMANDS.match(name):
+            verb = " ".join(sql.split()[:2]).upper() if sql.split() else name
+            raise ParamError("sql", f"loglake query is read-only: {verb} ... ({name}) would change tables behind "
+                             "the offsets ledger and the audit. Change data through loglake: backfill, maintain, "
+                             "accept-loss")
+
+
 def query(spark: SparkSession, config: Config, sql: str, as_of: str | None = None) -> DataFrame:
-    """Run Spark SQL with every table and serving view registered; returns the DataFrame."""
+    """Run a read-only Spark SQL statement with every table and serving view registered;
+    returns the DataFrame. A statement that would write is refused (``check_read_only``)."""
+    check_read_only(spark, sql)
     register_tables(spark, config, as_of)
     return spark.sql(sql)

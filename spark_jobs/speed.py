@@ -22,7 +22,8 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.config import Config, Dataset
 from loglake.jobs import JobRequest
-from loglake.kafka_admin import commit_group_offsets, list_topics
+from loglake.errors import DataLossError
+from loglake.kafka_admin import check_partitions, commit_group_offsets, list_topics, log_bounds
 from loglake.ledger import batch_watermarks
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from spark_jobs import delta_io, entry, parse
@@ -50,12 +51,15 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
         if landed is not None and landed >= batch_id:
             delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id)
         else:
-            observed, observation = parse.counted(validated)
+            # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
+            # by one below the limit, else a window per partition (bounded either way).
+            exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
+            observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
                                        app_id, batch_id)
             counts = observation.get
             if counts["quarantined"]:
-                bad = parse.validate(parse.only_offsets(batch, counts["bad"]), ds)
+                bad = parse.validate(parse.bad_records(batch, counts), ds)
                 delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
@@ -65,15 +69,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             validated.unpersist()
 
 
-def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
-    """Starting offsets for a *new* checkpoint: after what the tables already hold.
-
-    If the checkpoint was lost but the speed tables survive, starting from the earliest
-    offset would duplicate rows; instead resume each partition after its highest landed
-    offset (speed or speed-quarantine), and never below its batch watermark: maintenance
-    expires the speed rows below it, so a partition may hold none yet be covered up to
-    there. Partitions with neither start at earliest.
-    """
+def landed_positions(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> dict[int, int]:
+    """Per partition, one past the highest offset the speed layer landed (speed or its quarantine)."""
     landed = []
     for layer in ("speed", "quarantine"):
         path = config.table_path(ds, layer)
@@ -83,16 +80,65 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
                 df = df.where(F.col("_layer") == "speed")
             landed.append(df.where(F.col("_topic") == topic).groupBy("_partition").agg(F.max("_offset").alias("m")))
     if not landed:
-        return "earliest"
+        return {}
     merged = landed[0] if len(landed) == 1 else landed[0].unionByName(landed[1])
-    highest = {r["_partition"]: r["m"] for r in merged.groupBy("_partition").agg(F.max("m").alias("m")).collect()}
+    return {r["_partition"]: r["m"] + 1 for r in merged.groupBy("_partition").agg(F.max("m").alias("m")).collect()}
+
+
+def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
+    """Starting offsets for a *new* checkpoint: after what the tables already hold.
+
+    If the checkpoint was lost but the speed tables survive, starting from the earliest
+    offset would duplicate rows; instead resume each partition after its highest landed
+    offset (speed or speed-quarantine), and never below its batch watermark: maintenance
+    expires the speed rows below it, so a partition may hold none yet be covered up to
+    there (an accepted loss counts as covered: the stream resumes after it). Partitions
+    with neither start at earliest.
+    """
+    highest = landed_positions(spark, config, ds, topic)
     covered = batch_watermarks(config, ds) if topic == ds.topic else {}
     if not highest and not covered:
         return "earliest"
     partitions = list_topics(config).get(topic, 0)
-    starts = {p: max(highest[p] + 1 if p in highest else -1, covered.get(p, -1)) for p in range(partitions)}
+    starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(partitions)}
     # -2 means "earliest" in Spark's offsets JSON.
     return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
+
+
+def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+    """``(partition, position, earliest, accepted)`` for each partition whose next offset to
+    read is no longer in the log: Kafka deleted it before the speed layer read it.
+    ``accepted``: an operator recorded the loss (``loglake accept-loss``)."""
+    from loglake.ledger import compute_watermarks, ledger_rows
+
+    earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
+    rows = ledger_rows(config, ds)
+    published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
+    with_lost = compute_watermarks(rows, earliest)
+    out = []
+    for p, pos in landed_positions(spark, config, ds, ds.topic).items():
+        pos = max(pos, published.get(p, -1))
+        if pos < earliest.get(p, 0):
+            out.append((p, pos, earliest[p], with_lost.get(p, -1) >= earliest[p]))
+    return out
+
+
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> bool:
+    """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns whether
+    an accepted loss needs a new checkpoint (Spark's would still point into the gap)."""
+    gaps = speed_gaps(spark, config, ds)
+    for p, pos, lo, accepted in gaps:
+        if not accepted:
+            raise DataLossError(ds.topic, p, pos, lo, "retention deleted them before the speed layer read them; "
+                                f"the stream waits until an operator records the loss: loglake accept-loss {ds.name} "
+                                f"--partition {p} --reason TEXT (or the loglake_accept_loss DAG)")
+    return bool(gaps)
+
+
+def is_data_loss(error: BaseException) -> bool:
+    """Spark's Kafka source failed because offsets it must read were deleted."""
+    text = str(error)
+    return "KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
 
 
 class _PositionRecorder(StreamingQueryListener):
@@ -136,6 +182,10 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     """Start the speed stream of ``ds``; returns the query and its position recorder."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
+    if topic == ds.topic:
+        check_partitions(ds, list_topics(config).get(topic, ds.partitions))
+        if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
+            _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
     speed = config.profile.speed
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
@@ -164,6 +214,17 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     query = writer.start()
     recorder.query_id = str(query.id)
     return query, recorder
+
+
+def _set_aside(spark: SparkSession, checkpoint: str) -> None:
+    """Rename a checkpoint to ``<checkpoint>.before-loss-<time>`` (kept for inspection)."""
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    target = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}.before-loss-{time.strftime('%Y%m%dT%H%M%S')}")
+    fs.rename(path, target)
+    print(f"loglake: speed {checkpoint}: position in an accepted loss; checkpoint set aside as {target}; "
+          f"resuming after the loss", file=sys.stderr, flush=True)
 
 
 def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
@@ -226,12 +287,59 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     return {**json.loads(last_json), "_batches": batches}
 
 
+BLOCKED_POLL_SECONDS = 10.0
+
+
+def blocked_file(config: Config, ds: Dataset) -> Path:
+    """Where a stream waiting for an operator to accept a loss says so (``loglake status``)."""
+    return config.home / "run" / f"speed-{ds.name}.blocked.json"
+
+
 def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
-    """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds)."""
+    """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds).
+
+    Offsets Kafka deleted before the stream read them stop it with a ``DataLossError``
+    naming them: a one-off (available-now) run fails with it; the background stream waits,
+    JVM up, until an operator accepts the loss, then resumes after it by itself.
+    """
     started = time.monotonic()
-    last = run_speed(spark, config, ds, available_now=request.available_now,
-                     progress_file=Path(request.progress_file) if request.progress_file else None)
+    while True:
+        try:
+            last = run_speed(spark, config, ds, available_now=request.available_now,
+                             progress_file=Path(request.progress_file) if request.progress_file else None)
+            break
+        except Exception as e:
+            if not (isinstance(e, DataLossError) or is_data_loss(e)):
+                raise
+            try:
+                check_gaps(spark, config, ds)
+            except DataLossError as loss:
+                if request.available_now:
+                    raise loss from None
+                wait_until_accepted(spark, config, ds, loss)
+                continue
+            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds):
+                raise  # Spark saw a loss the tables cannot place: not ours to explain
     return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **_summary(last)}
+
+
+def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: DataLossError) -> None:
+    """Block until the loss is recorded as accepted; meanwhile ``blocked_file`` says why."""
+    path = blocked_file(config, ds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"error": str(loss), "error_type": "DataLossError",
+                                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    print(f"loglake: speed {ds.name} waits: {loss}", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(BLOCKED_POLL_SECONDS)
+            try:
+                check_gaps(spark, config, ds)
+                return
+            except DataLossError:
+                continue
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,3 +44,15 @@ def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[d
 def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None:
     """Append ranges to the offsets ledger: ``state`` written (batch job) or published (quality gate)."""
     append(spark, config, LEDGER, rows, stamp="committed_at")
+
+
+def serving_versions(config: Config, ds) -> dict:
+    """The batch and quarantine tables' current versions: what readers serve from now on
+    (recorded by a publish or a compaction, both under the dataset's single writer)."""
+    from loglake.tables import open_table
+
+    out = {}
+    for layer, column in (("batch", "batch_version"), ("quarantine", "quarantine_version")):
+        table = open_table(config.table_path(ds, layer))
+        out[column] = None if table is None else table.version()
+    return out

@@ -26,26 +26,62 @@ def job_args(plan, run_id: str) -> list[str]:
     return JobRequest("batch", plan.dataset, plan, run_id).argv()
 
 
-def batch_args(run_id: str) -> list[list[str]]:
-    """Plan every dataset from its batch watermark to the log end (``plan_batch``)."""
+def batch_args(run_id: str) -> dict[str, list]:
+    """Plan every dataset from its batch watermark to the log end (``plan_batch``).
+
+    ``{"args": [...], "losses": [...]}``: the batch job's arguments per non-empty plan, and
+    the data-loss errors of datasets that cannot continue until an operator accepts the
+    loss — those stop alone; the other datasets run (``fail_on_losses`` then fails the run).
+    """
     from loglake.config import load_config
+    from loglake.errors import DataLossError
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_batch
 
     config = or_fail(load_config)
     topics = or_fail(list_topics, config)
-    out = []
+    out, losses = [], []
     for ds in config.datasets.values():
         if ds.topic not in topics:
             log.info("%s: topic %s does not exist yet; nothing to recompute", ds.name, ds.topic)
             continue
-        plan = or_fail(plan_batch, config, ds)
+        try:
+            plan = plan_batch(config, ds)
+        except DataLossError as e:
+            log.error("%s: %s", ds.name, e)
+            losses.append(f"{ds.name}: {e}")
+            continue
+        except Exception:
+            plan = or_fail(plan_batch, config, ds)
         log.info("%s", plan.describe())
         if plan.empty:
             log.info("%s: nothing to recompute (the batch layer is at the log end)", ds.name)
             continue
         out.append(job_args(plan, run_id))
-    return out
+    return {"args": out, "losses": losses}
+
+
+def fail_on_losses(losses: list[str]) -> None:
+    """Fail (no retry) naming each dataset that lost offsets, after the others ran."""
+    if losses:
+        raise AirflowFailException("offsets lost before the batch layer read them (the other datasets ran):\n"
+                                   + "\n".join(losses))
+
+
+def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -> list[str]:
+    """The loglake_accept_loss DAG's task: record the dataset's current losses as lost."""
+    from loglake.config import load_config
+    from loglake.losses import accept_loss
+
+    config = or_fail(load_config)
+    ds = or_fail(config.dataset, params["dataset"])
+    partition = params.get("partition")
+    losses = or_fail(accept_loss, config, ds, params.get("reason") or "",
+                     partition=None if partition is None else int(partition),
+                     recorded_by=f"{user or 'unknown'} (Airflow)", run_id=run_id)
+    lines = [f"accepted as lost: {loss.describe()}" for loss in losses]
+    log.info("%s", "\n".join(lines) if lines else f"{ds.name}: no offsets to accept")
+    return lines
 
 
 def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:

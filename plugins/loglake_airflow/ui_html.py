@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance")
+DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance", "loglake_accept_loss")
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1a202c; }
@@ -45,7 +45,7 @@ def _templates():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
-    from loglake.status import audit_text, format_duration, quality_text, retention_text
+    from loglake.status import audit_text, format_duration, quality_text, retention_text, writer_text, lost_text
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                       autoescape=select_autoescape(["html"]), undefined=StrictUndefined)
@@ -57,6 +57,7 @@ def _templates():
 
     env.globals.update(css=Markup(CSS), dag_ids=DAG_IDS, partition_fields=PARTITION_FIELDS, shown=shown,
                        retention_text=retention_text, quality_text=quality_text, audit_text=audit_text,
+                       writer_text=writer_text, lost_text=lost_text,
                        state_class=lambda state: {"published": "ok", "ok": "ok", "failed": "bad"}.get(state, "muted"))
     return env
 

@@ -9,7 +9,7 @@ import pytest
 from loglake.errors import ConfigError
 from loglake.ledger import ledger_rows
 from loglake.ledger import batch_watermarks
-from loglake.planning import plan_batch
+from loglake.planning import plan_backfill, plan_batch
 from loglake.produce import produce
 from loglake.results import data_docs_dir, last_quality
 from loglake.tables import open_table, query
@@ -90,3 +90,26 @@ def test_unknown_expectation_is_a_config_error_naming_the_key(spark, make_config
         run_quality(spark, config, ds, plan, "gate-3")
     assert "datasets.job_views.quality.0.expectation" in str(e.value)
     assert batch_watermarks(config, ds) == {}
+
+
+def test_two_ranges_of_one_partition_are_both_written_and_published(spark, make_config):
+    """A backfill of [0, h) and [h, end) of one partition: both recomputed, both published
+    (the gate once looked written ranges up by partition and published one of them twice)."""
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 600, seed=73)
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "all")
+    batch_path = config.table_path(ds, "batch")
+    before = query(open_table(batch_path), "SELECT _partition, _offset FROM t ORDER BY 1, 2")
+    end0 = max(r["_offset"] for r in before if r["_partition"] == 0) + 1
+    half = end0 // 2
+    plan = plan_backfill(config, ds, ranges=[f"0:0-{half}", f"0:{half}-{end0}"])
+    summary = recompute_and_publish(spark, config, ds, plan, "two-ranges")
+    assert summary["records"] + summary["quarantined"] == end0
+    assert summary["quality"]["published"]
+    # The table still holds every row of the partition, each once.
+    assert query(open_table(batch_path), "SELECT _partition, _offset FROM t ORDER BY 1, 2") == before
+    mine = [r for r in ledger_rows(config, ds) if r["run_id"] == "two-ranges"]
+    assert sorted((r["state"], r["start"], r["end"]) for r in mine) == [
+        ("published", 0, half), ("published", half, end0), ("written", 0, half), ("written", half, end0)]
+    assert sum(r["records"] + r["quarantined"] for r in mine if r["state"] == "published") == end0

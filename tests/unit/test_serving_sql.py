@@ -20,8 +20,11 @@ def test_events_view_is_disjoint_by_construction():
 
 
 def test_changelog_view_keeps_newest_per_key_and_drops_tombstones():
-    sql = changelog_view_sql("batch.c", "speed.c", {0: 9}, "k", ["k", "v", "_offset", "_partition"])
-    assert "PARTITION BY `k` ORDER BY _offset DESC, _partition DESC" in sql
+    sql = changelog_view_sql("batch.c", "speed.c", {0: 9}, "k", ["k", "v", "_offset", "_partition", "_kafka_timestamp"])
+    # Offsets order a key's changes within its partition only; across partitions, Kafka time.
+    assert "PARTITION BY `k`, _partition ORDER BY _offset DESC" in sql
+    assert "PARTITION BY `k` ORDER BY _kafka_timestamp DESC, _partition DESC" in sql
+    assert "_offset DESC, _partition DESC" not in sql
     assert "false AS _deleted FROM batch.c WHERE (_partition = 0 AND _offset < 9)" in sql
     assert "_deleted FROM speed.c WHERE NOT ((_partition = 0 AND _offset < 9))" in sql
     assert sql.endswith("WHERE _rank = 1 AND NOT _deleted")

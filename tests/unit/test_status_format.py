@@ -25,7 +25,11 @@ def test_format_status_keeps_the_partition_line_and_adds_the_new_numbers():
                        {"run_id": "r1", "validated_at": "2026-11-23T10:00:00", "published": False,
                         "expectations": 3, "failed": ["expect_x(user_id)"], "warned": []},
                        None, [TableStatus("speed", "speed.job_views", "/l/speed/job_views", 7, 3),
-                              TableStatus("batch", "batch.job_views", "/l/batch/job_views", None, None)])
+                              TableStatus("batch", "batch.job_views", "/l/batch/job_views", None, None)],
+                       writer={"operation": "backfill", "run_id": "bf-1", "pid": 42, "host": "h",
+                               "acquired_at": "2026-11-23T10:00:00Z", "expires_at": "2026-11-23T10:01:00Z"},
+                       lost=[{"partition": 1, "start": 0, "end": 5, "reason": "weekend outage",
+                              "recorded_by": "ops@h", "committed_at": "2026-11-23T09:00:00"}])
     lines = format_status(ds, st)
     assert lines[0] == f"job_views ({ds.topic}):"
     assert lines[1] == ("  [0] end 100  speed position 100 (lag 0, 0.0s)  batch watermark 40 (behind 60)  "
@@ -36,6 +40,8 @@ def test_format_status_keeps_the_partition_line_and_adds_the_new_numbers():
         "  quality: FAILED (3 expectations) at 2026-11-23T10:00:00, run r1; failed: expect_x(user_id)",
         "  audit: no audit yet",
         "  tables: speed.job_views v7 (3 files), batch.job_views no table yet",
+        "  writer: backfill run bf-1 (pid 42 on h, since 2026-11-23T10:00:00Z), lease until 2026-11-23T10:01:00Z",
+        "  accepted loss: [1] offsets [0, 5) (5 offsets) accepted by ops@h at 2026-11-23T09:00:00: weekend outage",
     ]
     assert "\n".join(lines).count("lag 0") == 1
     assert DatasetStatus.to_dict(st)["partitions"][0]["speed_lag"] == 0

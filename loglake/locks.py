@@ -1,0 +1,219 @@
+"""One writer per dataset: a lease that batch runs, backfills, maintenance and loglake's
+commands take before they write a dataset's tables, so they take turns instead of
+failing each other's Delta commits.
+
+The lease is a small JSON file per dataset under the lake root (``_loglake_locks/``):
+holder (operation, run id), host, pid, token, when it was taken and until when it holds.
+Reading and changing it happens under an exclusive ``flock`` of a guard file beside it,
+so taking, renewing, breaking and releasing are atomic on a filesystem shared by every
+writer (one machine, or a shared mount). The holder renews the lease from a thread every
+few seconds; a holder that crashed stops renewing and its lease is broken once expired —
+at once when it ran on this host and its pid is gone. A crashed holder never blocks for
+ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
+the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease.
+
+The speed stream is not a holder: it appends while the others run (Delta retries those
+conflicts). An object-store lake root needs a lease store with conditional writes; this
+one needs a filesystem.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from loglake.errors import WriterBusyError, describe_holder
+
+TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
+TTL_SECONDS = 60.0
+RENEW_SECONDS = 10.0
+# How long a writer waits for the holder before failing (transient: Airflow retries it).
+DEFAULT_WAIT_SECONDS = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", "900"))
+
+
+def lock_dir(config) -> Path:
+    root = config.lake_root
+    if "://" in root and not root.startswith("file:"):
+        raise NotImplementedError(f"dataset leases need a filesystem lake root, not {root}")
+    return Path(root.removeprefix("file:")) / "_loglake_locks"
+
+
+def _created(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _running(pid: int, created: float | None) -> bool:
+    """Process ``pid`` runs, and is the same process (same start time: pids are reused)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and (created is None or proc.create_time() == created)
+    except psutil.Error:
+        return False
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class DatasetLock:
+    """The lease of one dataset."""
+
+    def __init__(self, config, dataset: str):
+        self.dataset = dataset
+        self.dir = lock_dir(config)
+        self.path = self.dir / f"{dataset}.json"
+        self.guard = self.dir / f"{dataset}.guard"
+
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.guard, "a") as g:
+            fcntl.flock(g, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(g, fcntl.LOCK_UN)
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write(self, holder: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(holder))
+        tmp.replace(self.path)
+
+    @staticmethod
+    def stale(holder: dict, now: float | None = None) -> bool:
+        """Expired, or held by a process of this host that is gone."""
+        if (now or _now()) > holder.get("expires", 0):
+            return True
+        if holder.get("host") == socket.gethostname():
+            return not _running(int(holder.get("pid", 0)), holder.get("created"))
+        return False
+
+    def holder(self) -> dict | None:
+        """The live holder, or None (a stale lease counts as free)."""
+        with self._guarded():
+            held = self._read()
+        return None if held is None or self.stale(held) else held
+
+    def try_acquire(self, operation: str, run_id: str | None = None,
+                    token: str | None = None) -> tuple[str | None, dict | None, bool]:
+        """(token, None, nested): taken, or already held under ``token`` (nested: by a parent);
+        (None, holder, False): someone else holds it."""
+        with self._guarded():
+            held = self._read()
+            if held is not None and not self.stale(held):
+                if token and held.get("token") == token:
+                    return token, None, True
+                return None, held, False
+            token = uuid.uuid4().hex
+            now = _now()
+            self._write({"dataset": self.dataset, "operation": operation, "run_id": run_id, "token": token,
+                         "host": socket.gethostname(), "pid": os.getpid(), "created": _created(os.getpid()),
+                         "acquired_at": _iso(now),
+                         "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)})
+            return token, None, False
+
+    def renew(self, token: str) -> bool:
+        with self._guarded():
+            held = self._read()
+            if held is None or held.get("token") != token:
+                return False
+            now = _now()
+            held.update(expires=now + TTL_SECONDS, expires_at=_iso(now + TTL_SECONDS))
+            self._write(held)
+            return True
+
+    def release(self, token: str) -> None:
+        with self._guarded():
+            held = self._read()
+            if held is not None and held.get("token") == token:
+                self.path.unlink(missing_ok=True)
+
+
+@contextmanager
+def writer(config, dataset: str, operation: str, run_id: str | None = None,
+           wait_seconds: float | None = None, say=None) -> Iterator[str]:
+    """Hold the dataset's lease for the block (waiting up to ``wait_seconds`` for another
+    holder); yields the token, also set in ``LOGLAKE_LOCK_TOKEN`` for the jobs it starts.
+
+    Re-entrant through the token: inside a holder (the token in the environment is the
+    lease's), the block runs under the same lease and leaves it to its owner.
+    """
+    if wait_seconds is None:
+        wait_seconds = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
+    lock = DatasetLock(config, dataset)
+    inherited = os.environ.get(TOKEN_ENV)
+    started = time.monotonic()
+    told = False
+    while True:
+        token, held, nested = lock.try_acquire(operation, run_id, inherited)
+        if token:
+            break
+        waited = time.monotonic() - started
+        if waited >= wait_seconds:
+            raise WriterBusyError(dataset, held, waited)
+        if not told:
+            (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
+                f"loglake: {dataset} is being written by {describe_holder(held)}; waiting (up to {wait_seconds:.0f}s)")
+            told = True
+        time.sleep(min(1.0, max(0.05, wait_seconds - waited)))
+    if nested:
+        yield token  # under a holder (our parent, or this process already): it renews and releases
+        return
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_SECONDS):
+            if not lock.renew(token):
+                return
+
+    thread = threading.Thread(target=renew, name=f"loglake-lease-{dataset}", daemon=True)
+    thread.start()
+    before = os.environ.get(TOKEN_ENV)
+    os.environ[TOKEN_ENV] = token
+    try:
+        yield token
+    finally:
+        stop.set()
+        if before is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = before
+        lock.release(token)
+
+
+def holders(config, datasets) -> dict[str, dict]:
+    """Dataset → its live lease holder, for ``loglake status`` and the loglake page."""
+    out = {}
+    for name in datasets:
+        try:
+            held = DatasetLock(config, name).holder()
+        except (OSError, NotImplementedError):
+            held = None
+        if held:
+            out[name] = held
+    return out

@@ -1,0 +1,110 @@
+"""One writer per dataset (issue 11, item 5): the lease, its holder, a crashed holder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from loglake import locks
+from loglake.config import load_config
+from loglake.errors import WriterBusyError
+from loglake.processes import wait_for
+from loglake.sandbox import write_conf
+
+HOLD = textwrap.dedent('''
+    import sys, time
+    from loglake.config import load_config
+    from loglake.locks import writer
+    config = load_config(sys.argv[1], home=sys.argv[2])
+    with writer(config, "job_views", "maintenance", "run-7") as token:
+        print(token, flush=True)
+        time.sleep(float(sys.argv[3]))
+''')
+
+
+@pytest.fixture
+def config(tmp_path):
+    return load_config(write_conf(tmp_path, "localhost:9"), home=tmp_path / "state")
+
+
+def hold(config, seconds: float, env=None) -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(config.conf_dir), str(config.home), str(seconds)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    return p, p.stdout.readline().strip()
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_waits_for_it(config):
+    p, token = hold(config, 3)
+    try:
+        assert token
+        held = locks.holders(config, ["job_views", "company_ceos"])
+        assert list(held) == ["job_views"] and held["job_views"]["pid"] == p.pid
+        with pytest.raises(WriterBusyError) as e:
+            with locks.writer(config, "job_views", "batch", wait_seconds=0):
+                pass
+        assert e.value.transient
+        assert f"maintenance run run-7 (pid {p.pid} on" in str(e.value)
+        # Another dataset is free meanwhile.
+        with locks.writer(config, "company_ceos", "batch", wait_seconds=0):
+            pass
+        # A writer that waits gets the lease once the holder lets go.
+        t0 = time.monotonic()
+        with locks.writer(config, "job_views", "batch", "run-8", wait_seconds=30, say=lambda m: None):
+            assert time.monotonic() - t0 > 0.5
+            assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "run-8"
+    finally:
+        p.kill()
+    assert locks.holders(config, ["job_views"]) == {}
+
+
+def test_a_crashed_holder_never_blocks(config):
+    p, _token = hold(config, 300)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    # Its lease is still there, but its pid is gone: taken at once.
+    assert json.loads(locks.DatasetLock(config, "job_views").path.read_text())["pid"] == p.pid
+    with locks.writer(config, "job_views", "batch", wait_seconds=0):
+        pass
+
+
+def test_a_lease_of_another_host_holds_until_it_expires(config, monkeypatch):
+    lock = locks.DatasetLock(config, "job_views")
+    lock.dir.mkdir(parents=True)
+    now = time.time()
+    lock.path.write_text(json.dumps({"operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere",
+                                     "pid": 1, "acquired_at": "then", "expires": now + 2}))
+    with pytest.raises(WriterBusyError, match="batch run far .pid 1 on elsewhere"):
+        with locks.writer(config, "job_views", "maintenance", wait_seconds=0):
+            pass
+    with locks.writer(config, "job_views", "maintenance", wait_seconds=10, say=lambda m: None):
+        assert time.time() >= now + 2
+
+
+def test_a_job_of_the_holder_writes_under_its_lease(config):
+    with locks.writer(config, "job_views", "backfill", "bf-1") as token:
+        assert os.environ[locks.TOKEN_ENV] == token
+        # The jobs the holder starts inherit the token: they enter without waiting, and leave
+        # the lease to the holder.
+        p, child_token = hold(config, 0, env={**os.environ})
+        p.wait(timeout=30)
+        assert child_token == token
+        assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "bf-1"
+    assert locks.TOKEN_ENV not in os.environ
+    assert locks.holders(config, ["job_views"]) == {}
+
+
+def test_the_holder_renews_its_lease(config, monkeypatch):
+    monkeypatch.setattr(locks, "TTL_SECONDS", 1.0)
+    monkeypatch.setattr(locks, "RENEW_SECONDS", 0.2)
+    with locks.writer(config, "job_views", "maintenance", "long"):
+        time.sleep(2.0)  # twice the lease's life: renewed meanwhile
+        held = json.loads(locks.DatasetLock(config, "job_views").path.read_text())
+        assert held["expires"] > time.time() and held["run_id"] == "long"
+        assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
