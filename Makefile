@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
-.PHONY: setup jars test test-unit test-integration bench demo up down status clean-state
+.PHONY: setup jars test test-unit test-integration bench soak demo up down status clean-state
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central
 setup: $(STAMP) jars
@@ -35,6 +35,10 @@ test-integration: setup
 ## bench: every benchmark beside its reference (bench/results/<date>.json, charts, table); ~40 min
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+## soak: the fault scenarios at full scale (soak/results/<date>.json and .png)
+soak: setup
+	$(PY) -m soak.run $(SOAK_ARGS)
 
 ## demo: bring the platform up, produce events, a scheduled batch run through Airflow, an exact serving view
 demo: setup

@@ -88,8 +88,14 @@ def accept_loss(config: Config, ds: Dataset, reason: str, *, partition: int | No
     the ledger, under the dataset's single writer; returns them (empty: nothing was lost)."""
     from loglake.locks import writer
 
+    from loglake.kafka_admin import dataset_bounds
+
     if not reason or not reason.strip():
         raise ParamError("reason", "say why the loss is accepted (it is kept in the ledger with who and when)")
+    partitions = dataset_bounds(config, ds)
+    if partition is not None and partition not in partitions:
+        raise ParamError("partition", f"partition {partition} does not exist in {ds.topic} "
+                                      f"(partitions 0..{len(partitions) - 1})")
     recorded_by = recorded_by or operator()
     run_id = run_id or f"accept-loss-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     with writer(config, ds.name, "accept-loss", run_id):

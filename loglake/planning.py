@@ -169,10 +169,10 @@ def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str 
         missing = "to_ts" if from_ts else "from_ts"
         raise ParamError("ranges" if not (from_ts or to_ts) else missing,
                          "give ranges (PARTITION:START-END) or both from_ts and to_ts")
-    log = dataset_bounds(config, ds)
     if ds.kind == "changelog":
         raise ParamError("dataset", f"{ds.name} is a changelog: its latest state is rebuilt from the full log "
                          "by `loglake batch`, not backfilled by range")
+    log = dataset_bounds(config, ds)
     if ranges:
         specs = [parse_range_spec(s, i) for i, s in enumerate(ranges)]
         return Plan(ds.name, tuple(validate_ranges(ds.topic, specs, log)), "backfill")

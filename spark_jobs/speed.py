@@ -105,15 +105,23 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
     return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
 
 
-def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+def speed_gaps(spark: SparkSession, config: Config, ds: Dataset, exact: bool = False) -> list[tuple[int, int, int, bool]]:
     """``(partition, position, earliest, accepted)`` for each partition whose next offset to
     read is no longer in the log: Kafka deleted it before the speed layer read it.
     ``accepted``: an operator recorded the loss (``loglake accept-loss``)."""
     from loglake.ledger import compute_watermarks, ledger_rows
 
+    from loglake.kafka_admin import group_offsets
+
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     rows = ledger_rows(config, ds)
     published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
+    # Cheap first: the position the stream commits to its consumer group after each batch
+    # (at most one batch behind). Only when that suggests a gap are the tables scanned for
+    # the exact position (one past the highest offset landed).
+    committed = group_offsets(config, ds.consumer_group, ds.topic, len(earliest))
+    if not exact and all(pos is None or max(pos, published.get(p, -1)) >= earliest.get(p, 0) for p, pos in committed.items()):
+        return []
     with_lost = compute_watermarks(rows, earliest)
     out = []
     for p, pos in landed_positions(spark, config, ds, ds.topic).items():
@@ -123,10 +131,11 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     return out
 
 
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> bool:
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset, exact: bool = False) -> bool:
     """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns whether
-    an accepted loss needs a new checkpoint (Spark's would still point into the gap)."""
-    gaps = speed_gaps(spark, config, ds)
+    an accepted loss needs a new checkpoint (Spark's would still point into the gap).
+    ``exact``: scan the tables for the position even when the committed one shows no gap."""
+    gaps = speed_gaps(spark, config, ds, exact)
     for p, pos, lo, accepted in gaps:
         if not accepted:
             raise DataLossError(ds.topic, p, pos, lo, "retention deleted them before the speed layer read them; "
@@ -162,7 +171,12 @@ class _PositionRecorder(StreamingQueryListener):
             tmp.replace(self.progress_file)
 
     def onQueryStarted(self, event) -> None:
-        pass
+        # When the stream (re)started: how long a restart took, for status and the soak.
+        if self.progress_file is not None:
+            try:
+                self.progress_file.with_suffix(".started").write_text(str(event.id))
+            except OSError:
+                pass
 
     def onQueryProgress(self, event) -> None:
         try:
@@ -312,13 +326,13 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobReques
             if not (isinstance(e, DataLossError) or is_data_loss(e)):
                 raise
             try:
-                check_gaps(spark, config, ds)
+                check_gaps(spark, config, ds, exact=True)
             except DataLossError as loss:
                 if request.available_now:
                     raise loss from None
                 wait_until_accepted(spark, config, ds, loss)
                 continue
-            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds):
+            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds, exact=True):
                 raise  # Spark saw a loss the tables cannot place: not ours to explain
     return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **_summary(last)}
 
@@ -334,7 +348,7 @@ def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: 
         while True:
             time.sleep(BLOCKED_POLL_SECONDS)
             try:
-                check_gaps(spark, config, ds)
+                check_gaps(spark, config, ds, exact=True)
                 return
             except DataLossError:
                 continue

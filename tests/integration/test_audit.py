@@ -37,6 +37,17 @@ def build_half(spark, config, ds) -> None:
     recompute_and_publish(spark, config, ds, half, "half")
 
 
+def serve_current(spark, config, ds) -> None:
+    """Make what the batch tables hold now the served point, as the next publish or
+    compaction would: the audit checks what readers are served (loglake.snapshots), so
+    damage done to a table behind loglake's back shows from then on."""
+    from spark_jobs.system_tables import append_ledger, serving_versions
+
+    append_ledger(spark, config, [{"dataset": ds.name, "topic": ds.topic, "partition": -1, "start": 0, "end": 0,
+                                   "records": 0, "quarantined": 0, "run_id": "test", "state": "compacted",
+                                   **serving_versions(config, ds)}])
+
+
 def part_row(result, partition, layer):
     return next(r for r in result["partitions"] if r["partition"] == partition and r["layer"] == layer)
 
@@ -73,6 +84,8 @@ def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
     batch = spark.read.format("delta").load(batch_path)
     batch.where(f"_partition = {p} AND _offset = {dup}").write.format("delta").mode("append").save(batch_path)
     DeltaTable.forPath(spark, batch_path).delete(f"_partition = {p} AND _offset = {gap}")
+    assert audit_dataset(config, ds, record=False)["ok"]  # not served yet: readers see the published rows
+    serve_current(spark, config, ds)
 
     result = audit_dataset(config, ds, run_id="broken")
     assert not result["ok"]
@@ -140,6 +153,7 @@ def test_changelog_audit_accounts_for_every_offset(spark, make_config):
     victim = query(open_table(batch_path), 'SELECT company_id, "_partition" AS p, "_offset" AS o FROM t '
                                            'ORDER BY o LIMIT 1')[0]
     DeltaTable.forPath(spark, batch_path).delete(f"company_id = '{victim['company_id']}'")
+    serve_current(spark, config, ds)
     result = audit_dataset(config, ds, record=False)
     row = part_row(result, victim["p"], "batch")
     assert (row["missing"], row["duplicated"], row["unexpected"]) == (1, 0, 0)

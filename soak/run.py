@@ -1,0 +1,104 @@
+"""`make soak`: the fault scenarios at full scale, on this machine, with figures.
+
+Writes ``soak/results/<date>.json`` (per scenario: id, records, faults injected, lost,
+duplicated, recovery seconds, command) and ``soak/results/<date>.png`` (recovery time per
+fault, per scenario). Starts its own broker on a free port, state in a temporary directory.
+
+    .venv/bin/python -m soak.run                # every scenario at full scale
+    .venv/bin/python -m soak.run --only R1 --small
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import REPO, machine
+
+# id → (full-scale arguments, CI-scale arguments); tests/reliability runs the CI scale.
+SCENARIOS = {
+    "R1": ("speed_kills", {"records": 1_000_000, "kills": 50}, {"records": 6000, "kills": 2}),
+    "R8": ("bad_input", {}, {}),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated scenario ids (R1, R8)")
+    ap.add_argument("--small", action="store_true", help="CI scale (to try the program out)")
+    ap.add_argument("--out", default=str(REPO / "soak" / "results"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    sys.path.insert(0, str(REPO / "plugins"))
+    wanted = args.only.upper().split(",") if args.only else list(SCENARIOS)
+    unknown = set(wanted) - set(SCENARIOS)
+    if unknown:
+        ap.error(f"--only: unknown scenario(s) {sorted(unknown)}; expected some of {', '.join(SCENARIOS)}")
+    from loglake.embedded_kafka import EmbeddedKafka
+    from loglake.processes import free_port
+    from soak import scenarios
+
+    root = Path(tempfile.mkdtemp(prefix="loglake-soak-"))
+    os.environ.setdefault("AIRFLOW_HOME", str(root / "airflow"))
+    kafka = EmbeddedKafka(root / "kafka-home", port=free_port(), controller_port=free_port(), heap="1g")
+    kafka.start()
+    results = []
+    try:
+        lab = scenarios.Lab(root, kafka.bootstrap)
+        for sid in wanted:
+            name, full, small = SCENARIOS[sid]
+            kwargs = small if args.small else full
+            print(f"soak {sid}: {name} {kwargs}", flush=True)
+            t0 = time.monotonic()
+            out = getattr(scenarios, name)(lab, **kwargs)
+            out.command = f"make soak SOAK_ARGS=\"--only {sid}{' --small' if args.small else ''}\""
+            results.append(out.to_dict())
+            print(f"soak {sid}: {'exact' if out.exact else 'NOT EXACT'}: {out.records:,} records, {out.faults} faults, "
+                  f"{out.lost} lost, {out.duplicated} duplicated, recovery max "
+                  f"{max(out.recovery_seconds) if out.recovery_seconds else '-'} s, {time.monotonic() - t0:.0f} s",
+                  flush=True)
+    finally:
+        kafka.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    date = dt.date.today().isoformat()
+    path = out_dir / f"{date}.json"
+    path.write_text(json.dumps({"machine": machine(), "small": args.small, "scenarios": results}, indent=2))
+    _chart(results, out_dir / f"{date}.png")
+    print(f"soak: results in {path}")
+    return 0 if all(r["exact"] for r in results) else 1
+
+
+def _chart(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in results if r["recovery_seconds"]["each"]]
+    if not timed:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in timed:
+        ys = r["recovery_seconds"]["each"]
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", label=f"{r['id']} ({r['lost']} lost, {r['duplicated']} dup)")
+    ax.set_xlabel("fault #")
+    ax.set_ylabel("recovery seconds")
+    ax.set_title("loglake soak: recovery per fault")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
