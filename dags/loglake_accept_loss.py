@@ -21,11 +21,11 @@ Manual only; one run at a time.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.datasets import dataset_names
 from loglake_airflow.plans import accept_loss_task
 
@@ -34,10 +34,6 @@ _names = dataset_names()
 with DAG(
     dag_id="loglake_accept_loss",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
     params={
         "dataset": Param(_names[0] if _names else None, type="string", title="Dataset",
                          **({"enum": _names} if _names else {"minLength": 1}),
@@ -47,8 +43,8 @@ with DAG(
         "reason": Param("", type="string", minLength=3, title="Reason",
                         description="Why the loss is accepted (kept in the ledger with who and when)."),
     },
-    tags=["loglake"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))

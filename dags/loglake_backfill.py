@@ -26,11 +26,11 @@ Manual only (no schedule); one run at a time.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
-from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import write_audit_publish
 from loglake_airflow.params import backfill_params
 from loglake_airflow.plans import backfill_args
@@ -38,13 +38,9 @@ from loglake_airflow.plans import backfill_args
 with DAG(
     dag_id="loglake_backfill",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
     params=backfill_params(),
-    tags=["loglake"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))

@@ -39,23 +39,19 @@ One run at a time.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
-from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import write_audit_publish
 from loglake_airflow.plans import batch_args, fail_on_losses
 
 with DAG(
     dag_id="loglake_batch",
     schedule=os.environ.get("LOGLAKE_BATCH_SCHEDULE", "*/30 * * * *"),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=["loglake"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))

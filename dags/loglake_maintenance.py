@@ -28,23 +28,19 @@ No catch-up; one run at a time.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
-from loglake_airflow import DEFAULT_ARGS
+from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import maintain_and_audit
 from loglake_airflow.maintenance import maintenance_args
 
 with DAG(
     dag_id="loglake_maintenance",
     schedule=os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly"),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=["loglake"],
     doc_md=__doc__,
+    **DAG_DEFAULTS,
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))

@@ -9,7 +9,7 @@ at import time: configuration is loaded when a task runs.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 # Every loglake task: retried after a transient failure (the broker restarting, a Delta
 # conflict that outlasted the job's own retries, a Spark OOM), with exponential backoff
@@ -22,4 +22,14 @@ DEFAULT_ARGS = {
     "retry_delay": timedelta(seconds=float(os.environ.get("LOGLAKE_RETRY_DELAY_SECONDS", "60"))),
     "retry_exponential_backoff": True,
     "execution_timeout": timedelta(hours=2),
+}
+
+# What every loglake DAG declares alike: no catch-up (a run plans from the watermark, so a
+# skipped interval loses nothing), one run at a time, the task defaults above, the tag.
+DAG_DEFAULTS = {
+    "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
+    "catchup": False,
+    "max_active_runs": 1,
+    "default_args": DEFAULT_ARGS,
+    "tags": ["loglake"],
 }
