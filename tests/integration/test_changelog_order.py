@@ -20,17 +20,22 @@ pytestmark = pytest.mark.integration
 
 def test_a_topic_with_another_partition_count_is_refused_naming_the_key(spark, make_config):
     config = make_config()
-    ds = config.dataset("company_ceos")
-    assert ds.partitions == 3
+    ceos, views = config.dataset("company_ceos"), config.dataset("job_views")
     client = admin(config)
-    client.create_topics([NewTopic(ds.topic, 5, 1)])[ds.topic].result(timeout=TIMEOUT)
-    wait_for(lambda: list_topics(config).get(ds.topic) == 5, 30, "topic metadata")
-    for attempt in (lambda: plan_batch(config, ds), lambda: plan_backfill(config, ds, ranges=["0:0-0"]),
-                    lambda: start_stream(spark, config, ds)):
+    declared = {ceos.name: ceos.partitions, views.name: views.partitions}
+    wrong = {ds.topic: declared[ds.name] + 2 for ds in (ceos, views)}
+    for topic, future in client.create_topics([NewTopic(t, n, 1) for t, n in wrong.items()]).items():
+        future.result(timeout=TIMEOUT)
+    wait_for(lambda: all(list_topics(config).get(t) == n for t, n in wrong.items()), 30, "topic metadata")
+    # A changelog backfill is refused before the log is read, so the range form is tried
+    # on the events dataset.
+    for ds, attempt in ((ceos, lambda: plan_batch(config, ceos)),
+                        (views, lambda: plan_backfill(config, views, ranges=["0:0-0"])),
+                        (ceos, lambda: start_stream(spark, config, ceos))):
         with pytest.raises(ConfigError) as e:
             attempt()
-        assert e.value.key == "datasets.company_ceos.partitions"
-        assert "has 5 partitions but the dataset declares 3" in str(e.value)
+        assert e.value.key == f"datasets.{ds.name}.partitions"
+        assert f"has {declared[ds.name] + 2} partitions but the dataset declares {declared[ds.name]}" in str(e.value)
 
 
 def test_newest_change_per_key_is_ordered_by_offset_within_its_partition(spark):
