@@ -46,20 +46,42 @@ class Outcome:
 
 
 class Lab:
-    """A broker and fresh configs (own conf dir, topics, state) under ``root``."""
+    """A broker, a Spark session and fresh configs (own conf dir, topics, state) under ``root``.
 
-    def __init__(self, root: Path, bootstrap: str):
+    ``spark`` is the caller's session (the test suite's), or one started on first use.
+    ``own_broker()`` gives a scenario a broker of its own to kill and restart.
+    """
+
+    def __init__(self, root: Path, bootstrap: str, spark=None):
         self.root, self.bootstrap = root, bootstrap
+        self._spark = spark
         self._n = 0
 
-    def config(self, **conf_kwargs):
+    def config(self, bootstrap: str | None = None, **conf_kwargs):
         from loglake.config import load_config
         from loglake.sandbox import write_conf
 
         self._n += 1
         base = self.root / f"lab-{self._n}"
         conf_kwargs.setdefault("spark", {"conf": {"spark.ui.showConsoleProgress": "false"}})
-        return load_config(write_conf(base, self.bootstrap, **conf_kwargs), home=base / "state")
+        return load_config(write_conf(base, bootstrap or self.bootstrap, **conf_kwargs), home=base / "state")
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from spark_jobs.session import get_spark
+
+            config = self.config()
+            self._spark = get_spark(config, "loglake-soak", log_file=self.root / "spark-session.log")
+        return self._spark
+
+    def own_broker(self, heap: str = "512m"):
+        """A new embedded broker on free ports (not started); the caller stops it."""
+        from loglake.embedded_kafka import EmbeddedKafka
+        from loglake.processes import free_port
+
+        self._n += 1
+        return EmbeddedKafka(self.root / f"kafka-{self._n}", port=free_port(), controller_port=free_port(), heap=heap)
 
 
 def _landed(config, ds) -> np.ndarray:
