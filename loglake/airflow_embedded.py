@@ -6,7 +6,8 @@ Everything lives under the loglake state directory ``<home>``::
     <home>/airflow/passwords.json   the admin password, generated on first start (mode 0600)
     <home>/logs/airflow-<c>.log     output of component <c>: api-server, scheduler, dag-processor, triggerer
     <home>/run/airflow-<c>.pid      its pid; each component runs in its own session (process group)
-    <home>/run/airflow.json         the ports it was started on (for ``status`` and ``stop``)
+    <home>/run/airflow.json         the ports it was started on (for ``status`` and ``stop``), and the
+                                    sessions its components lead (what a dead one left is found by them)
 
 Settings come from the environment (``airflow_env``), not from a hand-edited airflow.cfg:
 the DAGs and plugins are the repo's ``dags/`` and ``plugins/``, the executor is
@@ -31,7 +32,8 @@ from pathlib import Path
 from loglake import paths
 from loglake.config import Config
 from loglake.errors import ProcessError
-from loglake.processes import Managed, descendants, free_port, port_open, terminate
+from loglake.processes import (Managed, alive, command_line, descendants, free_port, orphaned_sessions,
+                               port_open, terminate)
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -207,9 +209,12 @@ class EmbeddedAirflow:
     def start(self, timeout: float = 120.0) -> float:
         """Start whatever is not running and wait until the health check passes; return seconds.
 
+        Healthy means the processes this call started have heartbeated since (a component
+        that died a moment ago still looks healthy for up to 30 s by its last heartbeat).
+        What a component that died left behind is stopped first (``clean_up_after_dead``).
         If a fresh start fails, whatever it started is stopped again before the error.
         """
-        t0 = time.monotonic()
+        t0, since = time.monotonic(), time.time()
         procs = self.processes
         fresh = not any(p.pid() for p in procs.values())
         if not fresh and self.datasets_changed():
@@ -221,6 +226,7 @@ class EmbeddedAirflow:
         if not fresh and saved and saved != self.port:
             raise ProcessError(f"Airflow already runs with its api-server on port {saved}, not {self.port}: "
                                "stop it first (`loglake down`) to move it")
+        kept = self.clean_up_after_dead()  # first: a dead scheduler's log server holds a port
         if not procs["api-server"].pid() and port_open(self.port):
             raise ProcessError(f"port {self.port} is already in use: stop what listens there or choose another "
                                "port with LOGLAKE_AIRFLOW_PORT")
@@ -230,20 +236,58 @@ class EmbeddedAirflow:
         self.password()
         self.migrate()
         env = self.env()
-        self._state_file.parent.mkdir(parents=True, exist_ok=True)
-        self._state_file.write_text(json.dumps({"port": self.port, "log_ports": list(self.log_ports),
-                                                "datasets": dataset_names(self.config)}))
+        self._save(kept)
+        started = []
         try:
             for c, proc in procs.items():
-                proc.start([airflow_bin(), c], env=env, cwd=self.home)
-            self._wait_healthy(timeout)
+                if not proc.pid():
+                    proc.start([airflow_bin(), c], env=env, cwd=self.home)
+                    started.append(c)
+            self._save(kept)
+            self._wait_healthy(timeout, since, started)
         except BaseException:
             if fresh:
                 self.stop()
             raise
         return time.monotonic() - t0
 
-    def _wait_healthy(self, timeout: float) -> None:
+    def _save(self, sessions) -> None:
+        """The state file: ports, datasets, and the sessions of the components started (each
+        leads one), with ``sessions``: those of dead ones whose leftovers still run."""
+        live = [p.pid() for p in self.processes.values()]
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        self._state_file.write_text(json.dumps({
+            "port": self.port, "log_ports": list(self.log_ports), "datasets": dataset_names(self.config),
+            "sessions": sorted({*sessions, *(p for p in live if p)})}))
+
+    def clean_up_after_dead(self, *, keep_busy: bool = True) -> set[int]:
+        """Stop what Airflow components that died (a SIGKILL, the OOM killer) left running;
+        return the sessions whose leftovers were kept.
+
+        A scheduler that dies leaves its LocalExecutor workers and its log server behind,
+        reparented to init: the idle workers wait for ever on its task queue, the log
+        server keeps the worker log port (the next scheduler's own cannot bind it), and
+        stopping the running components does not reach them. They are found by the dead
+        component's session and stopped. A worker still running a task is kept with its
+        task (``keep_busy``): the task reports to the api-server, not the scheduler, so it
+        finishes and its state counts (Airflow resets it and runs it again if it outlives
+        the restarted scheduler's orphan check); a later start stops it once idle, ``stop``
+        in any case.
+        """
+        leftovers = orphaned_sessions(self._saved().get("sessions", []))
+        doomed: dict[int, float] = {}
+        kept = set()
+        for sid, procs in leftovers.items():
+            busy = _busy_workers(procs) if keep_busy else {}
+            if busy:
+                kept.add(sid)
+            doomed.update({p: c for p, c in procs.items() if p not in busy})
+        # An idle worker ignores SIGTERM (the dead scheduler's handler, inherited by the fork): it
+        # waits on a queue nobody writes to any more, so SIGKILL follows at once.
+        terminate(doomed, timeout=1.0)
+        return kept
+
+    def _wait_healthy(self, timeout: float, since: float = 0.0, started=()) -> None:
         procs = self.processes
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -252,7 +296,8 @@ class EmbeddedAirflow:
                 p = procs[dead[0]]
                 raise ProcessError(f"airflow {dead[0]} exited during start\n--- last lines of {p.log_file} ---\n"
                                    f"{p.tail()}")
-            if _all_healthy(self.health()):
+            health = self.health()
+            if _all_healthy(health) and all(_heartbeat(health, c) > since for c in started if c in HEARTBEATS):
                 return
             time.sleep(0.5)
         raise ProcessError(f"Airflow at {self.url} was not healthy after {timeout:.0f}s: {self.health()}; "
@@ -267,12 +312,14 @@ class EmbeddedAirflow:
         the whole tree (the triggerer otherwise waits 10 s for its trigger runner), all
         three at once after the scheduler.
         Task processes put themselves in process groups of their own, so the tree is
-        taken before the stop, and whatever is left of it afterwards is terminated.
+        taken before the stop, and whatever is left of it afterwards is terminated. Last,
+        what components that died earlier left running is stopped, tasks included.
         """
         first, *rest = STOP_ORDER
         stopped = [c for c in [self._stop_one(first, timeout)] if c]
         with ThreadPoolExecutor(len(rest)) as pool:  # independent of one another once no task starts
             stopped += [c for c in pool.map(lambda c: self._stop_one(c, timeout), rest) if c]
+        self.clean_up_after_dead(keep_busy=False)  # and what components that died left running
         self._state_file.unlink(missing_ok=True)
         return stopped
 
@@ -322,6 +369,36 @@ class EmbeddedAirflow:
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())["access_token"]
+
+
+# Component → its entry in the health answer and that entry's heartbeat field.
+HEARTBEATS = {"scheduler": ("scheduler", "latest_scheduler_heartbeat"),
+              "triggerer": ("triggerer", "latest_triggerer_heartbeat"),
+              "dag-processor": ("dag_processor", "latest_dag_processor_heartbeat")}
+
+
+def _heartbeat(health: dict, component: str) -> float:
+    """The latest heartbeat of ``component``'s newest job, in epoch seconds (0: none)."""
+    from datetime import datetime
+
+    entry, field = HEARTBEATS[component]
+    value = (health.get(entry) or {}).get(field)
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _busy_workers(procs: dict[int, float]) -> dict[int, float]:
+    """Of a dead scheduler's leftover processes, the LocalExecutor workers running a task,
+    each with everything below it (the task process, its spark-submit, the job's driver)."""
+    busy: dict[int, float] = {}
+    for pid in procs:
+        if "LocalExecutor" in (command_line(pid) or ""):
+            tree = descendants(pid)
+            if len(alive(tree)) > 1:
+                busy.update(tree)
+    return busy
 
 
 def _all_healthy(health: dict | None) -> bool:

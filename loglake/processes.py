@@ -176,6 +176,38 @@ def alive(procs: dict[int, float]) -> dict[int, float]:
     return out
 
 
+def orphaned_sessions(sids) -> dict[int, dict[int, float]]:
+    """Session id → the processes left in it (pid → creation time), for each session of
+    ``sids`` whose leader has exited (or is a zombie) and that still has members.
+
+    A background process loglake starts leads a session of its own (``Managed.start``), so
+    its session id is its pid, and whatever it forked and did not move to another session
+    stays in it — also after it died and its children were reparented to init. Linux does
+    not hand a pid out again while a session still uses it as its id, so the members found
+    under a dead leader's id are that leader's leftovers; a live process with that pid is a
+    leader (or, once the session is empty, another process) and its session is not touched.
+    """
+    dead = set()
+    for sid in sids:
+        try:
+            if psutil.Process(sid).status() != psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            pass
+        dead.add(sid)
+    found: dict[int, dict[int, float]] = {}
+    if not dead:
+        return found
+    for proc in psutil.process_iter():
+        try:
+            sid = os.getsid(proc.pid)
+            if sid in dead and proc.pid != sid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.setdefault(sid, {})[proc.pid] = proc.create_time()
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
 def terminate(procs: dict[int, float], timeout: float) -> None:
     """SIGTERM the processes of ``procs`` still alive, SIGKILL them after ``timeout``."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):

@@ -41,9 +41,38 @@ def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[d
                     f"append to {table.name}")
 
 
+# States a run records once per range: a retry of its task repeats what the first try recorded.
+ONCE_PER_RUN = ("written", "published")
+
+
 def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None:
-    """Append ranges to the offsets ledger: ``state`` written (batch job) or published (quality gate)."""
-    append(spark, config, LEDGER, rows, stamp="committed_at")
+    """Append ranges to the offsets ledger: ``state`` written (batch job) or published (quality gate).
+
+    A written or published range the same run already recorded is not appended again. A
+    task can be run again after its job committed — killed before it reported success, as
+    when Airflow resets the task instances of a scheduler that died — and the next try of
+    the same run replaces the same offsets with the same rows; the ledger says once that
+    the run wrote (and published) them. Another run of the range is another record.
+    """
+    append(spark, config, LEDGER, _not_recorded(spark, config, rows), stamp="committed_at")
+
+
+def _not_recorded(spark: SparkSession, config: Config, rows: list[dict]) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.delta_io import table_exists
+
+    def key(r) -> tuple:
+        return tuple(r.get(c) for c in ("dataset", "topic", "partition", "start", "end", "run_id", "state"))
+
+    runs = sorted({r["run_id"] for r in rows if r.get("run_id") and r.get("state") in ONCE_PER_RUN})
+    path = config.system_table_path(LEDGER)
+    if not runs or not table_exists(spark, path):
+        return rows
+    recorded = {key(r.asDict()) for r in spark.read.format("delta").load(path)
+                .where(F.col("run_id").isin(runs) & F.col("state").isin(*ONCE_PER_RUN))
+                .select("dataset", "topic", "partition", "start", "end", "run_id", "state").collect()}
+    return [r for r in rows if r.get("state") not in ONCE_PER_RUN or key(r) not in recorded]
 
 
 def serving_versions(config: Config, ds) -> dict:
