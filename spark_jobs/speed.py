@@ -25,7 +25,9 @@ from loglake.jobs import JobRequest
 from loglake.errors import DataLossError
 from loglake.kafka_admin import check_partitions, commit_group_offsets, list_topics, log_bounds
 from loglake.ledger import batch_watermarks
+from loglake.locks import wait_while_paused
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
+from loglake.snapshots import speed_txn_app
 from spark_jobs import delta_io, entry, parse
 from spark_jobs.kafka_source import source_options
 
@@ -42,6 +44,12 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     a crash whose valid rows had landed skips the count (the append would be skipped, so
     nothing would be counted) and appends its quarantine by transaction id.
     """
+    # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
+    # stream to hold its appends meanwhile (loglake.locks.appends_paused): hold this batch.
+    waited, request = wait_while_paused(config, ds.name)
+    if request is not None:
+        print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
+              file=sys.stderr, flush=True)
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
     validated = parse.validate(batch, ds)
     if ds.kind == "changelog":
@@ -217,7 +225,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
-        process_batch(spark, config, ds, batch, f"loglake-speed-{ds.name}-{stream_id['id']}", batch_id)
+        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)
