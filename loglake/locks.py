@@ -12,9 +12,20 @@ at once when it ran on this host and its pid is gone. A crashed holder never blo
 ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
 the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease.
 
-The speed stream is not a holder: it appends while the others run (Delta retries those
-conflicts). An object-store lake root needs a lease store with conditional writes; this
-one needs a filesystem.
+The speed stream is not a holder: it appends while the others run. Delta lets a commit
+that only adds files (the stream's appends, an OPTIMIZE) land beside any other; but the
+tables are not partitioned and Delta's isolation is Serializable, so a commit that *read*
+a table — a DELETE, a ``replaceWhere`` overwrite — fails (``ConcurrentAppendException``)
+whenever an append landed while it ran, whatever rows either touched; under a stream that
+appends every second, every retry fails the same way. So a holder about to make such a
+commit on a table the stream appends to (maintenance's expiry, a re-run's quarantine
+rows) pauses the stream's appends for that commit (``appends_paused``): the stream holds
+its next micro-batch (``wait_while_paused``) until the request is gone, expired, or its
+holder died. A batch the stream had already begun still lands; the commit it fails is
+retried, and by then the stream waits.
+
+An object-store lake root needs a lease store with conditional writes; this one needs a
+filesystem.
 """
 
 from __future__ import annotations
@@ -217,3 +228,51 @@ def holders(config, datasets) -> dict[str, dict]:
         if held:
             out[name] = held
     return out
+
+
+# A pause request outlives no holder: its pid is checked (this host), and it expires anyway.
+PAUSE_TTL_SECONDS = 900.0
+
+
+def _pause_path(config, dataset: str) -> Path:
+    return lock_dir(config) / f"{dataset}.pause-appends.json"
+
+
+@contextmanager
+def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECONDS) -> Iterator[None]:
+    """Ask the speed stream of ``dataset`` to hold its appends while the block runs (see the
+    module's docstring). Only the dataset's writer (the lease holder) asks."""
+    path = _pause_path(config, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = _now()
+    request = {"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
+               "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
+               "expires_at": _iso(now + ttl)}
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(request))
+    tmp.replace(path)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def appends_pause(config, dataset: str) -> dict | None:
+    """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
+    try:
+        request = json.loads(_pause_path(config, dataset).read_text())
+    except (FileNotFoundError, ValueError, NotImplementedError):
+        return None
+    return None if DatasetLock.stale(request) else request
+
+
+def wait_while_paused(config, dataset: str, poll: float = 0.2) -> tuple[float, dict | None]:
+    """Block while the stream's appends of ``dataset`` are paused: (seconds waited, the request
+    waited for). Bounded: a request expires, and one whose holder died counts as gone."""
+    first = appends_pause(config, dataset)
+    if first is None:
+        return 0.0, None
+    started = time.monotonic()
+    while appends_pause(config, dataset) is not None:
+        time.sleep(poll)
+    return time.monotonic() - started, first

@@ -4,7 +4,9 @@ Run under spark-submit (``loglake batch|backfill`` and the Airflow DAGs build th
 command) or in-process (``run_batch``). For an events dataset it reads exactly the
 planned ranges, applies the speed layer's parse/validate/transform, and *replaces* those
 offsets in ``batch.<dataset>`` and in the batch part of ``quarantine.<dataset>`` — one
-Delta transaction per table (``replaceWhere``) — so running a range twice, or again after
+Delta transaction per table (``replaceWhere``, or a plain append for a range no row holds yet,
+which the speed stream's appends to the quarantine table never conflict with:
+``delta_io.replace_rows``) — so running a range twice, or again after
 a crash half-way, leaves identical tables. A changelog dataset's latest state is rebuilt
 from its whole retained log. Only then is each range recorded in the offsets ledger,
 which is what advances the watermark.
@@ -16,7 +18,6 @@ import sys
 import time
 import uuid
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -25,6 +26,7 @@ from loglake.errors import OffsetError
 from loglake.jobs import JobRequest
 from loglake.kafka_admin import dataset_bounds
 from loglake.ledger import batch_watermarks
+from loglake.locks import appends_paused
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
 from loglake.tables import staging_path
@@ -58,8 +60,8 @@ def must_stage(config: Config, ds: Dataset, ranges: list[OffsetRange]) -> bool:
     return any(r.partition in marks and r.start < marks[r.partition] for r in ranges)
 
 
-def _replace(df: DataFrame, path: str, predicate: str) -> None:
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path))
+def _replace(df: DataFrame, path: str, predicate: str, pause=None) -> None:
+    delta_io.replace_rows(df.sparkSession, df, path, predicate, pause)
 
 
 def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str | None = None) -> dict:
@@ -81,6 +83,9 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         batch_path, quarantine_path = (staging_path(config, ds, run_id, layer) for layer in ("batch", "quarantine"))
     else:
         batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
+    # The live quarantine table is appended to by the speed stream: a commit that must read it
+    # first pauses the stream's appends (loglake.locks.appends_paused); a staged one is ours alone.
+    pause = None if staged else (lambda: appends_paused(config, ds.name, f"batch {run_id}: {ds.tables.quarantine}"))
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.
         validated = validated.persist()
@@ -94,7 +99,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
             state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(batch_path)
             _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
-                     f"_layer = 'batch' AND _topic = '{ds.topic}'")
+                     f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
             n = observation.get
         else:
             # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
@@ -104,9 +109,9 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             where = f"_layer = 'batch' AND ({predicate})"
             if n["quarantined"]:
                 bad = parse.validate(parse.bad_records(raw, n), ds)
-                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where)
+                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
             elif delta_io.table_exists(spark, quarantine_path):
-                DeltaTable.forPath(spark, quarantine_path).delete(where)  # a re-run found none: drop the old ones
+                delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
             else:
                 delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
     finally:

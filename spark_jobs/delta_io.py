@@ -8,11 +8,14 @@ the micro-batch id makes a replayed batch (after a crash) a no-op.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import Callable, TypeVar
+from contextlib import contextmanager, nullcontext
+from typing import Callable, ContextManager, TypeVar
 
-# Importing delta.exceptions installs the translation of Delta's JVM conflict exceptions
-# into these Python types; without it they arrive as plain Py4J/Spark errors.
+# The translation of Delta's JVM conflict exceptions into these Python types is installed by
+# importing ``delta.exceptions.captured`` (delta-spark 4.0 no longer does it when
+# ``delta.exceptions`` is imported); without it a conflict arrives as a plain Py4JJavaError,
+# which ``retry_conflicts`` would not retry and ``loglake.errors`` would not call transient.
+import delta.exceptions.captured  # noqa: F401  (installs the translation)
 from delta.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -69,6 +72,50 @@ def committed_version(path: str, app_id: str) -> int | None:
 
     table = open_table(path)
     return None if table is None else table.transaction_version(app_id)
+
+
+def _holds(spark: SparkSession, path: str, predicate: str) -> bool:
+    """Whether the Delta table at ``path`` exists and holds a row matching ``predicate``."""
+    return table_exists(spark, path) and bool(spark.read.format("delta").load(path).where(predicate).limit(1).count())
+
+
+def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
+                 pause: Callable[[], ContextManager] | None = None) -> int:
+    """Replace the rows of the table at ``path`` matching ``predicate`` with ``df``, in one
+    commit; returns the attempts made.
+
+    The speed stream appends to the quarantine table at any moment. The tables are not
+    partitioned and Delta's isolation is Serializable, so a commit that read the table (a
+    ``replaceWhere`` overwrite, a DELETE) fails with ``ConcurrentAppendException`` whenever
+    an append landed while it ran, whatever rows either touched. Hence: when the table holds
+    no matching row (a range recomputed for the first time, the common case) a plain append
+    does the same, and a blind append never conflicts with another; otherwise the overwrite
+    runs inside ``pause`` (``loglake.locks.appends_paused``: the stream holds its appends),
+    retried on conflicts. Only the single writer of the dataset (``loglake.locks``) writes
+    rows matching ``predicate``, so none can appear between the check and the append.
+    """
+    if not _holds(spark, path, predicate):
+        df.write.format("delta").mode("append").save(path)
+        return 1
+    with (pause or nullcontext)():
+        _result, attempts = retry_conflicts(
+            lambda: df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path),
+            f"replace the rows of {path} where {predicate[:120]}")
+    return attempts
+
+
+def delete_rows(spark: SparkSession, path: str, predicate: str,
+                pause: Callable[[], ContextManager] | None = None) -> int:
+    """DELETE the rows matching ``predicate`` (none: no commit at all) inside ``pause``,
+    retried on conflicts (see ``replace_rows``); returns the attempts made."""
+    from delta.tables import DeltaTable
+
+    if not _holds(spark, path, predicate):
+        return 0
+    with (pause or nullcontext)():
+        _result, attempts = retry_conflicts(lambda: DeltaTable.forPath(spark, path).delete(predicate),
+                                            f"delete the rows of {path} where {predicate[:120]}")
+    return attempts
 
 
 def create_if_missing(df: DataFrame, path: str) -> None:

@@ -7,7 +7,9 @@ command) or in-process (``run_maintenance``). For each of the dataset's tables t
 1. **expire** (speed and quarantine, if ``maintenance.expire_speed``): delete the speed
    rows below the batch watermark W_p, and the speed layer's quarantine rows there
    (the batch layer's own quarantine rows cover those offsets now). The serving view
-   never reads speed rows below W_p, so it returns the same rows before and after.
+   never reads speed rows below W_p, so it returns the same rows before and after. The
+   stream holds its appends while the DELETE runs (``loglake.locks.appends_paused``):
+   any append landing meanwhile would fail it.
 2. **optimize**: bin-packing compaction, or Z-order by ``maintenance.zorder_by`` on the
    tables that have those columns.
 3. **vacuum** with ``maintenance.vacuum_retention_hours`` (at least 168 unless the config
@@ -22,7 +24,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -32,6 +34,7 @@ from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintena
 from loglake.contracts import MAINTENANCE_LOG
 from loglake.jobs import JobRequest
 from loglake.ledger import batch_watermarks
+from loglake.locks import appends_paused
 from loglake.maintenance import EXPIRED_LAYERS
 from loglake.tables import Snapshot, TableRef, dataset_tables, snapshot
 from spark_jobs import delta_io, entry
@@ -172,7 +175,10 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
     rows = []
     for t in tables:
         if policy.expire_speed and t.layer in EXPIRED_LAYERS:
-            rows.append(expire(spark, t, marks))
+            # A DELETE on a table the stream appends to: the stream holds its appends meanwhile
+            # (loglake.locks: any append landing during the DELETE would fail it).
+            with appends_paused(config, ds.name, f"maintenance {run_id}: expire {t.name}") if marks else nullcontext():
+                rows.append(expire(spark, t, marks))
         rows.append(optimize(spark, t, policy.zorder_by))
         rows.append(vacuum(spark, config, t, policy))
     record(spark, config, ds, rows, run_id)

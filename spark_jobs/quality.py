@@ -28,9 +28,10 @@ from loglake.contracts import QUALITY_RESULTS
 from loglake.errors import ConfigError, OffsetError, QualityGateError
 from loglake.jobs import JobRequest
 from loglake.ledger import ledger_path
+from loglake.locks import appends_paused
 from loglake.planning import Plan
 from loglake.tables import staging_path, staging_root
-from spark_jobs import entry
+from spark_jobs import delta_io, entry
 from spark_jobs.delta_io import table_exists
 from spark_jobs.predicates import range_predicate
 from spark_jobs.system_tables import append, append_ledger, serving_versions
@@ -194,8 +195,9 @@ def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: st
         (staged["batch"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
          .save(batch_path))
         where = f"_layer = 'batch' AND ({where})"
-    (staged["quarantine"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
-     .save(quarantine_path))
+    # The speed stream appends to the quarantine table meanwhile (delta_io.replace_rows).
+    delta_io.replace_rows(spark, staged["quarantine"].where(where), quarantine_path, where,
+                          lambda: appends_paused(config, ds.name, f"quality {run_id}: swap in {ds.tables.quarantine}"))
 
 
 def drop_staging(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> None:
