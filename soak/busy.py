@@ -66,11 +66,26 @@ MAX_NOTES_PER_KIND = 5
 
 @dataclass
 class BusyOutcome(Outcome):
+    info: list[str] = field(default_factory=list)  # what happened, for the results file
     queries: int = 0
     runs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "queries": self.queries, "runs": self.runs}
+        return {**super().to_dict(), "info": self.info, "queries": self.queries, "runs": self.runs}
+
+
+def _log_ends(config, ds) -> dict[int, int]:
+    from loglake.kafka_admin import log_bounds
+
+    return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+
+
+def _caught_up(config, ds, ends: dict[int, int]) -> bool:
+    """The stream's committed position has reached ``ends`` in every partition."""
+    from loglake.kafka_admin import group_offsets
+
+    now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
+    return all((now.get(p) or 0) >= e for p, e in ends.items())
 
 
 @dataclass
@@ -210,7 +225,6 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
     from loglake.processes import alive, descendants, terminate, wait_for
     from loglake.produce import produce
     from loglake.streams import SpeedStream
-    from soak.scenarios import _caught_up, _log_ends
     from spark_jobs.serving import query
 
     started = time.monotonic()
