@@ -181,6 +181,9 @@ class Dataset(_Strict):
     description: str = ""
     quality: list[Expectation] = Field(default_factory=list)
     maintenance: Maintenance = Field(default_factory=Maintenance)
+    # A value longer than this is quarantined as ``oversized`` before it is parsed (Kafka's
+    # own default limit for a message is about 1 MiB).
+    max_value_bytes: int = Field(default=1_048_576, ge=1, le=2**31 - 1)
 
     @field_validator("transform")
     @classmethod

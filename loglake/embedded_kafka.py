@@ -248,6 +248,20 @@ class EmbeddedKafka:
         self.pid_path.unlink(missing_ok=True)
         self._proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no controlled shutdown, no flush). No-op if not running."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            (os.killpg if os.getpgid(pid) == pid else os.kill)(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not self._wait_exit(pid, 10):
+            raise ProcessError(f"Kafka pid {pid} survived SIGKILL")
+        self.pid_path.unlink(missing_ok=True)
+        self._proc = None
+
     def _wait_exit(self, pid: int, timeout: float) -> bool:
         if self._proc is not None and self._proc.pid == pid:
             try:

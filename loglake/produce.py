@@ -146,11 +146,13 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
 
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
-            seed: int | None = None, topic: str | None = None, progress: bool = False) -> ProduceResult:
+            seed: int | None = None, topic: str | None = None, progress: bool = False,
+            acked: list[tuple[int, int]] | None = None) -> ProduceResult:
     """Produce ``count`` generated records to the dataset's topic (created if missing).
 
     Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
-    duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing.
+    duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing;
+    ``acked`` (if given) receives ``(partition, offset)`` of every acknowledged record.
     """
     topic = ensure_topic(config, ds, topic)
     producer = Producer(config.kafka_client_conf(**{
@@ -169,6 +171,8 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             errors.append(str(err))
         else:
             result.by_partition[msg.partition()] = result.by_partition.get(msg.partition(), 0) + 1
+            if acked is not None:
+                acked.append((msg.partition(), msg.offset()))
 
     bar = None
     if progress:

@@ -8,6 +8,7 @@ seconds per fault. ``tests/reliability`` runs them small inside ``make test``;
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -30,19 +31,26 @@ class Outcome:
     recovery_seconds: list[float] = field(default_factory=list)
     seconds: float = 0.0
     command: str = ""
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what went wrong (a scenario passes with none)
+    info: list[str] = field(default_factory=list)   # what happened, for the results file
 
     @property
     def exact(self) -> bool:
         return self.lost == 0 and self.duplicated == 0
 
+    @property
+    def passed(self) -> bool:
+        return self.exact and not self.notes
+
     def to_dict(self) -> dict:
         rec = self.recovery_seconds
         return {"id": self.id, "title": self.title, "records": self.records, "faults": self.faults,
                 "lost": self.lost, "duplicated": self.duplicated, "exact": self.exact,
+                "passed": self.passed,
                 "recovery_seconds": {"max": max(rec) if rec else None,
                                      "median": float(np.median(rec)) if rec else None, "each": rec},
-                "seconds": round(self.seconds, 1), "command": self.command, "notes": self.notes}
+                "seconds": round(self.seconds, 1), "command": self.command, "notes": self.notes,
+                "info": self.info}
 
 
 class Lab:
@@ -165,6 +173,466 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
         stream.stop()
     out.lost, out.duplicated = count_exactly_once(config, ds, ends)
     out.records = sum(ends.values())
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def _caught_up(config, ds, ends: dict[int, int]) -> bool:
+    from loglake.kafka_admin import group_offsets
+
+    now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
+    return all((now.get(p) or 0) >= e for p, e in ends.items())
+
+
+def _log_ends(config, ds) -> dict[int, int]:
+    from loglake.kafka_admin import log_bounds
+
+    return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+
+
+def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int = 2,
+                  down: tuple[float, float] = (3.0, 10.0)) -> Outcome:
+    """R2: SIGKILL the broker ``kills`` times and stop it cleanly ``stops`` times (in a random
+    order, each down for a few seconds) while ``records`` are produced and the background
+    speed stream runs. Every record the producer saw acknowledged must land exactly once in
+    speed ∪ quarantine; recovery is from the broker answering again until the speed layer
+    has committed everything the log held at that moment, by itself (its supervisor)."""
+    from loglake.kafka_admin import ensure_topic
+    from loglake.processes import wait_for
+    from loglake.produce import produce
+    from loglake.streams import SpeedStream
+
+    started = time.monotonic()
+    kafka = lab.own_broker()
+    kafka.start()
+    config = lab.config(bootstrap=kafka.bootstrap, speed={"trigger_interval": "1 second"})
+    ds = config.dataset("job_views")
+    rng = random.Random(seed)
+    faults = ["kill"] * kills + ["stop"] * stops
+    rng.shuffle(faults)
+    out = Outcome("R2", f"SIGKILL the broker {kills}x and stop it cleanly {stops}x during {records:,} records",
+                  records=records, command=f"soak R2 records={records} kills={kills} stops={stops}")
+    acked: list[tuple[int, int]] = []
+    errors: list[str] = []
+    # The ingest outlasts the faults: each costs its downtime and the recovery after it.
+    rate = max(100.0, records / max(30.0, len(faults) * 30.0))
+
+    def ingest():
+        try:
+            produce(config, ds, records, rate=rate, bad_fraction=0.01, seed=seed, acked=acked)
+        except Exception as e:  # records not acknowledged are not promised; they are reported
+            errors.append(f"{type(e).__name__}: {e}")
+
+    producer = threading.Thread(target=ingest, daemon=True)
+    stream = SpeedStream(config, ds)
+    try:
+        ensure_topic(config, ds)
+        stream.start()
+        producer.start()
+        for kind in faults:
+            time.sleep(rng.uniform(4.0, 10.0))
+            kafka.kill() if kind == "kill" else kafka.stop()
+            out.faults += 1
+            time.sleep(rng.uniform(*down))
+            kafka.start(timeout=120)
+            back = time.monotonic()
+            ends_then = _log_ends(config, ds)
+            wait_for(lambda: _caught_up(config, ds, ends_then), 300,
+                     f"the speed layer to commit past the broker's return (after a {kind})", interval=0.5,
+                     log=stream.process)
+            out.recovery_seconds.append(round(time.monotonic() - back, 1))
+        producer.join()
+        ends = _log_ends(config, ds)
+        wait_for(lambda: _caught_up(config, ds, ends), 600, "the stream to catch up with the log end",
+                 interval=0.5, log=stream.process)
+        if stream.failure() or not stream.pid():
+            out.notes.append(f"the speed stream did not survive: {stream.state()}")
+    finally:
+        stream.stop()
+        out.lost, out.duplicated = count_exactly_once(config, ds, _log_ends(config, ds)) if kafka.is_running() else (
+            -1, -1)
+        kafka.stop()
+    beyond = [a for a in acked if a[1] >= ends.get(a[0], 0)]
+    if beyond:
+        out.notes.append(f"{len(beyond)} acknowledged records are not in the log, e.g. {beyond[:3]}")
+        out.lost += len(beyond)
+    if len(set(acked)) != len(acked):
+        out.notes.append(f"{len(acked) - len(set(acked))} offsets acknowledged twice")
+    out.notes += [f"producer: {e}" for e in errors]
+    out.records = sum(ends.values())
+    out.info.append(f"{len(acked):,} of {records:,} records acknowledged; {out.records:,} in the log")
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def _batch_content(config, ds) -> list[tuple]:
+    """Every row of the batch table and the batch part of quarantine, in offset order."""
+    from loglake.tables import open_table, query
+
+    rows = []
+    for layer, where in (("batch", "TRUE"), ("quarantine", "\"_layer\" = 'batch'")):
+        table = open_table(config.table_path(ds, layer))
+        if table is not None:
+            rows += [(layer, *sorted(r.items())) for r in query(table, f"SELECT * FROM t WHERE {where}")]
+    return sorted(rows, key=lambda r: (dict(r[1:])["_partition"], dict(r[1:])["_offset"], r[0]))
+
+
+def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
+    """R6: the same offset ranges (one per partition) recomputed three times: first by
+    ``loglake backfill``, SIGKILLed (the CLI and its Spark job) while it writes — its data
+    files on disk before its commit; then twice to the end through the jobs' own code (the
+    second below the watermark, so staged and swapped in). The two complete runs must leave
+    identical content and batch ∪ quarantine must hold every offset exactly once;
+    recovery seconds: each complete run."""
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from loglake.coverage import check_exactly_once
+    from loglake.ledger import ledger_rows
+    from loglake.offsets import OffsetRange
+    from loglake.planning import Plan
+    from loglake.processes import alive, descendants
+    from loglake.produce import produce
+    from spark_jobs.pipeline import recompute_and_publish
+
+    started = time.monotonic()
+    spark = lab.spark
+    config = lab.config()
+    ds = config.dataset("job_views")
+    produce(config, ds, records, bad_fraction=0.02, seed=seed)
+    ends = {p: e for p, e in _log_ends(config, ds).items() if e}
+    out = Outcome("R6", f"the same ranges recomputed twice, once SIGKILLed mid-write ({records:,} records)",
+                  records=sum(ends.values()), command=f"soak R6 records={records}")
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    ranges = [a for p, end in sorted(ends.items()) for a in ("--range", f"{p}:0-{end}")]
+    table = Path(config.table_path(ds, "batch"))
+    log = lab.root / f"r6-{seed}.log"
+    with log.open("ab") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "loglake.cli", "backfill", ds.name, *ranges], env=env,
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(table.glob("*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        committed = (table / "_delta_log" / f"{0:020d}.json").exists()
+        if proc.poll() is None:
+            for pid in alive(descendants(proc.pid)):  # the CLI and its spark-submit JVM: a crash
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out.faults += 1
+            out.info.append("killed after its data files were written, "
+                            + ("after the table's first commit" if committed else "before its commit"))
+        else:
+            out.notes.append(f"the first run ended ({proc.returncode}) before it could be killed (see {log})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    if any(r["state"] == "published" for r in ledger_rows(config, ds)):
+        out.notes.append("the killed run published a range")
+
+    plan = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, e) for p, e in sorted(ends.items())), "backfill")
+    contents = []
+    for attempt in ("r6-a", "r6-b"):
+        t0 = time.monotonic()
+        summary = recompute_and_publish(spark, config, ds, plan, attempt)
+        if not summary["quality"].get("published"):
+            out.notes.append(f"{attempt} was not published: {summary['quality']}")
+        out.recovery_seconds.append(round(time.monotonic() - t0, 1))
+        contents.append(_batch_content(config, ds))
+    if contents[0] != contents[1]:
+        differ = sum(1 for a, b in zip(contents[0], contents[1]) if a != b) + abs(len(contents[0]) - len(contents[1]))
+        out.notes.append(f"the two complete runs differ in {differ} rows")
+    rows = np.array([(dict(r[1:])["_partition"], dict(r[1:])["_offset"]) for r in contents[1]],
+                    dtype=np.int64).reshape(-1, 2)
+    for p, end in ends.items():
+        cov = check_exactly_once(np.arange(end), rows[rows[:, 0] == p][:, 1], 0, end)
+        out.lost += len(cov.missing) + len(cov.unexpected)
+        out.duplicated += len(cov.duplicated)
+    published = Counter(r["run_id"] for r in ledger_rows(config, ds) if r["state"] == "published")
+    if published != Counter({"r6-a": len(ends), "r6-b": len(ends)}):
+        out.notes.append(f"published ranges per run: {dict(published)}, expected {len(ends)} for each of 2 runs")
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def delete_oldest(config, topic: str, fraction: float) -> dict[int, int]:
+    """DeleteRecords below ``fraction`` of each partition, as retention would; the new earliest offsets."""
+    from confluent_kafka import TopicPartition
+
+    from loglake.kafka_admin import admin, log_bounds
+
+    bounds = log_bounds(config, topic)
+    cut = [TopicPartition(topic, p, int(hi * fraction)) for p, (_lo, hi) in bounds.items() if hi]
+    client = admin(config)  # keep a reference: a collected client cancels its futures
+    for fut in client.delete_records(cut).values():
+        fut.result(timeout=30)
+    return {p: lo for p, (lo, _hi) in log_bounds(config, topic).items()}
+
+
+def _cli(config, *args, timeout: float = 600):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
+    """R3: Kafka deletes offsets neither layer has read (DeleteRecords of the oldest 90 % of
+    each partition, as retention would after an outage). The loss is loud on both sides,
+    naming topic, partition and offsets; only its dataset stops (the batch plan plans the
+    others; the background stream waits instead of crash-looping); nothing moves until
+    ``loglake accept-loss`` records it; then batch and speed continue from the earliest
+    retained offset by themselves, the audit passes and reports the loss, status shows it.
+
+    ``lost`` counts offsets missing without a record; recovery seconds: from the
+    acceptance until the batch layer (one batch run) and the waiting stream caught up."""
+    from loglake.audit import audit_dataset, format_audit
+    from loglake.errors import DataLossError, ParamError
+    from loglake.kafka_admin import log_bounds
+    from loglake.ledger import batch_watermarks
+    from loglake.losses import accept_loss, find_losses
+    from loglake.planning import plan_batch
+    from loglake.processes import wait_for
+    from loglake.produce import produce
+    from loglake.status import dataset_status, format_status
+    from loglake.streams import SpeedStream
+    from spark_jobs.pipeline import recompute_and_publish
+    from spark_jobs.speed import run_speed
+
+    started = time.monotonic()
+    spark = lab.spark
+    config = lab.config(speed={"trigger_interval": "1 second"})
+    ds, ceos = config.dataset("job_views"), config.dataset("company_ceos")
+    out = Outcome("R3", f"retention deletes 90 % of {records:,} records before either layer read them",
+                  records=records, command=f"soak R3 records={records}")
+
+    def expect(ok: bool, what: str) -> None:
+        if not ok:
+            out.notes.append(what)
+
+    first = max(ds.partitions, records // 3)
+    produce(config, ds, first, seed=seed)
+    run_speed(spark, config, ds, available_now=True)
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "r3-before")
+    produce(config, ds, records - first, seed=seed + 1)  # neither layer reads these before Kafka deletes most
+    earliest = delete_oldest(config, ds.topic, 0.9)
+    marks = batch_watermarks(config, ds)
+    out.faults = sum(1 for p, lo in earliest.items() if lo > marks.get(p, 0))
+
+    # Loud on both sides, naming topic, partition and offsets; no stack trace.
+    try:
+        plan_batch(config, ds)
+        expect(False, "plan_batch accepted a plan across deleted offsets")
+    except DataLossError as e:
+        p = e.partition
+        expect((e.topic, e.missing_start, e.missing_end) == (ds.topic, marks[p], earliest[p]),
+               f"the batch error names {e.topic}[{e.partition}] [{e.missing_start}, {e.missing_end})")
+        expect("loglake accept-loss" in str(e), "the batch error does not name loglake accept-loss")
+    r = _cli(config, "speed", "run", ds.name, "--available-now")
+    expect(r.returncode == 2 and "DataLossError" in r.stderr and "accept-loss" in r.stderr,
+           f"speed run --available-now: {r.returncode}: {r.stderr[-300:]}")
+    expect("Traceback" not in r.stderr and "at org.apache" not in r.stderr, "speed run printed a stack trace")
+
+    # The background stream waits (no crash loop) until the loss is accepted.
+    stream = SpeedStream(config, ds)
+    stream.start()
+    try:
+        wait_for(lambda: stream.blocked(), 300, "the stream to report that it waits for accept-loss",
+                 log=stream.process)
+        expect("WAITING" in stream.state(), f"status of the waiting stream: {stream.state()}")
+
+        # Only this dataset stops: the batch DAG's plan plans the others and names this one.
+        from loglake import paths
+
+        sys_path = str(paths.REPO_ROOT / "plugins")
+        import sys
+
+        if sys_path not in sys.path:
+            sys.path.insert(0, sys_path)
+        from loglake_airflow.plans import batch_args
+
+        saved = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
+        os.environ.update({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})
+        try:
+            produce(config, ceos, 50, seed=seed + 2)
+            planned = batch_args("r3/run")
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        expect([a[a.index("--dataset") + 1] for a in planned["args"]] == ["company_ceos"],
+               f"the batch plan with one dataset lost: {planned['args']}")
+        expect(len(planned["losses"]) == 1 and planned["losses"][0].startswith(f"job_views: data loss: {ds.topic}["),
+               f"the batch plan's losses: {planned['losses']}")
+
+        # Nothing is skipped without a record.
+        try:
+            accept_loss(config, ds, "  ")
+            expect(False, "a blank reason was accepted")
+        except ParamError:
+            pass
+        losses = find_losses(config, ds)
+        expect({(x.partition, x.start, x.end) for x in losses} == {
+            (q, marks.get(q, 0), earliest[q]) for q in earliest if marks.get(q, 0) < earliest[q]},
+            f"find_losses: {losses}")
+        expect(all(x.needed_by == ("batch", "speed") for x in losses), "a loss not needed by both layers")
+        accepted_at = time.monotonic()
+        first_p = losses[0].partition
+        accepted = accept_loss(config, ds, "weekend outage, retention ran", partition=first_p)
+        expect([(x.partition, x.start, x.end) for x in accepted] == [(first_p, losses[0].start, losses[0].end)],
+               f"accept-loss --partition {first_p}: {accepted}")
+        r = _cli(config, "accept-loss", ds.name, "--reason", "weekend outage, retention ran")
+        expect(r.returncode == 0 and r.stdout.count("accepted as lost:") == len(losses) - 1,
+               f"loglake accept-loss: {r.returncode}: {r.stdout[-300:]}{r.stderr[-300:]}")
+        expect(find_losses(config, ds) == [], "losses left after accept-loss")
+
+        # Every layer continues from the earliest retained offset.
+        plan = plan_batch(config, ds)
+        ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+        expect({r.partition: r.start for r in plan.ranges} == {q: earliest[q] for q in earliest if earliest[q] < ends[q]},
+               f"the batch plan after acceptance starts at {[(r.partition, r.start) for r in plan.ranges]}")
+        recompute_and_publish(spark, config, ds, plan, "r3-after")
+        out.recovery_seconds.append(round(time.monotonic() - accepted_at, 1))
+        wait_for(lambda: _caught_up(config, ds, ends) and not stream.blocked(), 300,
+                 "the waiting stream to resume and reach the log end", interval=0.5, log=stream.process)
+        out.recovery_seconds.append(round(time.monotonic() - accepted_at, 1))
+        expect(stream.pid() is not None and stream.failure() is None, f"the stream after resuming: {stream.state()}")
+    finally:
+        stream.stop()
+    result = audit_dataset(config, ds)
+    expect(result["ok"], "audit: " + " | ".join(format_audit(result)))
+    out.lost, out.duplicated = result["missing"] + result["unexpected"], result["duplicated"]
+    expect({(x["partition"], x["start"], x["end"]) for x in result["lost"]} == {
+        (x.partition, x.start, x.end) for x in losses}, f"the audit reports the losses as {result['lost']}")
+    expect("acknowledged loss" in "\n".join(format_audit(result)), "the audit does not report the loss")
+    lines = "\n".join(format_status(ds, dataset_status(config, ds)))
+    expect(f"accepted loss: [{first_p}] offsets [{losses[0].start}, {losses[0].end})" in lines
+           and "weekend outage" in lines, f"status does not show the accepted loss:\n{lines}")
+    out.info.append(f"{sum(x.end - x.start for x in losses):,} offsets accepted as lost in {len(losses)} ranges")
+    out.records = sum(ends.values())
+    out.seconds = time.monotonic() - started
+    return out
+
+
+# R5: each kind of odd record, and the reason the speed and batch layers must give it
+# (None: valid by loglake's contract: unknown fields are allowed, a repeated key's last
+# value wins; both documented under Quarantine reasons).
+R5_LIMIT = 2048  # max_value_bytes of the scenario's job_views
+
+
+def _r5_record(kind: str, good: dict) -> bytes | None:
+    text = json.dumps(good)
+    if kind == "non_utf8":
+        return b"\xff\xfe" + text.encode()[2:]
+    if kind == "truncated":
+        return text.encode()[: len(text) // 2]
+    if kind == "wrong_type":
+        return json.dumps({**good, "user_id": str(good["user_id"])}).encode()
+    if kind == "null_value":
+        return None
+    if kind == "null_field":
+        return json.dumps({**good, "source": None}).encode()
+    if kind == "out_of_domain":
+        return json.dumps({**good, "duration_ms": -1}).encode()
+    if kind == "oversized":
+        return json.dumps({**good, "padding": "x" * R5_LIMIT}).encode()
+    if kind == "empty":
+        return b""
+    if kind == "extra_fields":
+        return json.dumps({**good, "client": "ios", "experiment": {"arm": "b"}}).encode()
+    if kind == "duplicated_keys":
+        return ('{"duration_ms": "not a number", ' + text[1:]).encode()  # the last (valid) value wins
+    raise ValueError(kind)
+
+
+R5_KINDS = {"non_utf8": "bad_json", "truncated": "bad_json", "wrong_type": "wrong_type",
+            "null_value": "null_value", "null_field": "null_field", "out_of_domain": "out_of_domain",
+            "oversized": "oversized", "empty": "bad_json", "extra_fields": None, "duplicated_keys": None}
+
+
+def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, seed: int = 5) -> Outcome:
+    """R5: ``per_kind`` records of every odd kind (R5_KINDS) shuffled among ``records``, then
+    ``flood`` malformed records in a row; the speed layer (available-now) and a batch
+    recompute each must put exactly the malformed ones in quarantine, each with its kind's
+    reason, and the rest in their table: good + quarantine = log, per offset."""
+    from confluent_kafka import Producer
+
+    from loglake.kafka_admin import ensure_topic
+    from loglake.planning import plan_batch
+    from loglake.produce import generate
+    from loglake.tables import open_table, query
+    from spark_jobs.pipeline import recompute_and_publish
+    from spark_jobs.speed import run_speed
+
+    started = time.monotonic()
+    spark = lab.spark
+    config = lab.config(datasets={"job_views": {"max_value_bytes": R5_LIMIT}})
+    ds = config.dataset("job_views")
+    odd = [k for k in R5_KINDS for _ in range(per_kind)]
+    kinds: list[str | None] = odd + [None] * max(0, records - len(odd))
+    rng = random.Random(seed)
+    rng.shuffle(kinds)
+    kinds += ["truncated"] * flood
+    out = Outcome("R5", f"{per_kind:,} records of each of {len(R5_KINDS)} odd kinds among {len(kinds) - flood:,}"
+                  + (f", then {flood:,} malformed in a row" if flood else ""),
+                  records=len(kinds), command=f"soak R5 records={records} per_kind={per_kind} flood={flood}")
+    topic = ensure_topic(config, ds)
+    producer = Producer(config.kafka_client_conf(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                                                    "compression.type": "lz4"}))
+    expected: dict[tuple[int, int], str | None] = {}
+    errors: list[str] = []
+
+    def delivered(kind):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(str(err))
+            else:
+                expected[msg.partition(), msg.offset()] = R5_KINDS[kind] if kind else None
+        return cb
+
+    goods = (json.loads(v) for (_k, v), _ok in generate(ds, len(kinds), seed=seed))
+    for kind, good in zip(kinds, goods):
+        value = _r5_record(kind, good) if kind else json.dumps(good).encode()
+        while True:
+            try:
+                producer.produce(topic, key=str(good["user_id"]).encode(), value=value, on_delivery=delivered(kind))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) or errors:
+        out.notes.append(f"produce: {len(errors)} failed, e.g. {errors[:1]}")
+
+    run_speed(spark, config, ds, available_now=True)
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "r5")
+    reasons: dict[tuple[int, int], str] = {}
+    for layer in ("speed", "batch"):
+        rows = query(open_table(config.table_path(ds, layer)), "SELECT _partition, _offset FROM t")
+        got: dict[tuple[int, int], list] = {}
+        for r in rows:
+            got.setdefault((r["_partition"], r["_offset"]), []).append(None)
+        for r in query(open_table(config.table_path(ds, "quarantine")),
+                       f"SELECT _partition, _offset, reason_code, reason FROM t WHERE _layer = '{layer}'"):
+            got.setdefault((r["_partition"], r["_offset"]), []).append(r["reason_code"])
+            if not r["reason"]:
+                out.notes.append(f"{layer}: {r['_partition']}:{r['_offset']} quarantined without a reason")
+        out.lost += sum(1 for k in expected if k not in got) + sum(1 for k in got if k not in expected)
+        out.duplicated += sum(len(v) - 1 for v in got.values() if len(v) > 1)
+        wrong = {k: (expected[k], v[0]) for k, v in got.items() if k in expected and v[0] != expected[k]}
+        if wrong:
+            sample = list(wrong.items())[:5]
+            out.notes.append(f"{layer}: {len(wrong)} records with another outcome than expected (expected, got): {sample}")
+        reasons.update({k: v[0] for k, v in got.items() if v[0]})
+    by_reason: dict[str, int] = {}
+    for code in reasons.values():
+        by_reason[code] = by_reason.get(code, 0) + 1
+    out.info.append(f"quarantined by reason: {dict(sorted(by_reason.items()))}")
+    out.faults = len(odd) + flood
     out.seconds = time.monotonic() - started
     return out
 

@@ -120,7 +120,9 @@ def _exact(ds: Dataset, vs: Column, value_null: Column, key: Column) -> tuple[Co
     valid JSON): it names the first rule a record breaks.
     """
     v = F.try_parse_json(vs)
-    checks: list[Column] = []
+    checks: list[Column] = [F.when(F.octet_length("value") > ds.max_value_bytes, _reason(
+        "oversized", F.concat(F.lit("value of "), F.octet_length("value").cast("string"),
+                              F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
     if ds.kind == "events":
         checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
     else:
@@ -189,6 +191,7 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
     ]
     vs, key_col, value_null = F.col("_vs"), F.col("_key"), F.col("value").isNull()
     fast_ok, fast = _fast(ds, vs)
+    fast_ok = fast_ok & (F.octet_length("value") <= ds.max_value_bytes)
     if not fast_path:
         fast_ok = F.lit(False)
     elif ds.kind == "changelog":

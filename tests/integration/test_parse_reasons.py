@@ -44,6 +44,8 @@ CASES = [
     (with_(user_id=0), "out_of_domain", "field 'user_id' = 0 is below min 1"),
     (with_(view_id="not-a-uuid"), "out_of_domain", "field 'view_id' = not-a-uuid does not match"),
     (with_(extra="ignored"), None, None),  # unknown fields are allowed (forward compatible)
+    (with_(extra="x" * 1_048_600), "oversized", "bytes is over max_value_bytes (1048576)"),  # valid, too big
+    (b"{" * 1_048_577, "oversized", "value of 1048577 bytes"),  # the size is checked before parsing
 ]
 
 
@@ -121,6 +123,7 @@ EDGE = [
     with_(source="Search"), with_(source=""), with_(view_id="0B7E8B8E-2F7C-4A55-9D3E-3A2D5B1C9E01"),
     with_(source="search\u00e9"), with_(view_id="0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01\n"),
     b'{"view_id": "0b7e8b8e-2f7c-4a55-9d3e-3a2d5b1c9e01"}', b"{}", b"{", b"", b"null", b'"str"', b"[{}]",
+    with_(extra="y" * 1_048_576),
 ]
 
 
