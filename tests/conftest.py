@@ -8,6 +8,7 @@ conf/ directory), tables, checkpoints and consumer groups.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -50,6 +51,9 @@ def spark(spark_config):
     session = get_spark(spark_config, "loglake-tests")
     yield session
     session.stop()
+    # py4j logs its connections' closing from __del__ at interpreter exit, after pytest
+    # closed the streams its handlers write to ("--- Logging error ---").
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture

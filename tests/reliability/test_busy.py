@@ -8,13 +8,14 @@ import json
 import pytest
 
 from soak.busy import busy_platform, check_snapshot
+from soak.run import SCENARIOS
 from soak.scenarios import Lab
 
 pytestmark = pytest.mark.reliability
 
 # soak/run.py's CI scale: a batch run at 10 s, maintenance at 20 s (it waits for the batch run's
 # lease); the reader pauses 2 s between queries, as four JVMs share the two cores here.
-SMALL = {"minutes": 0.5, "maintain_every": 20, "batch_every": 10, "rate": 100, "query_pause": 2.0}
+SMALL = SCENARIOS["R4"][2]
 
 
 def test_r4_busy_platform_every_query_exact_stream_never_fails_files_drop(tmp_path, kafka_bootstrap, spark):
