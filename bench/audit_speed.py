@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     from loglake.audit import audit_dataset, format_audit
     from loglake.config import load_config
     from loglake.embedded_kafka import EmbeddedKafka
-    from loglake.processes import free_port
     from loglake.produce import produce
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))
@@ -64,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
-            kafka = EmbeddedKafka(root / "kafka-home", port=free_port(), controller_port=free_port())
-            kafka.start()
+            kafka = EmbeddedKafka.on_free_ports(root / "kafka-home")
             bootstrap = kafka.bootstrap
         config = load_config(write_conf(root, bootstrap, spark={"driver_memory": "2g"}), home=root / "state")
         ds = config.dataset("job_views")

@@ -39,11 +39,8 @@ class Harness:
     def bootstrap(self) -> str:
         if self._kafka is None:
             from loglake.embedded_kafka import EmbeddedKafka
-            from loglake.processes import free_port
 
-            self._kafka = EmbeddedKafka(self.root / "kafka-home", port=free_port(), controller_port=free_port(),
-                                        heap="1g")
-            self._kafka.start()
+            self._kafka = EmbeddedKafka.on_free_ports(self.root / "kafka-home", heap="1g")
         return self._kafka.bootstrap
 
     def config(self, name: str, **conf_kwargs):

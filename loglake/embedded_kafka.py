@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,9 +23,9 @@ import time
 import uuid
 from pathlib import Path
 
-from loglake.errors import ProcessError, SetupError
+from loglake.errors import PortInUseError, ProcessError, SetupError
 from loglake.paths import jars
-from loglake.processes import command_line, port_open
+from loglake.processes import command_line, free_port, port_open
 
 # Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
 # writer for the file, so JVM crashes and log4j2 lines interleave in order.
@@ -44,6 +45,7 @@ LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 _START_MARK = "=== loglake: starting"  # written to kafka.log before each start
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
 _ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
 
 
@@ -73,7 +75,9 @@ class EmbeddedKafka:
     def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m"):
         self.home = Path(home).absolute()  # the pid check matches this path in the command line
         self.port = port
-        self.controller_port = controller_port if controller_port is not None else port + 1
+        # The controller listener is internal (nothing connects to it from outside the JVM):
+        # any free port will do, and start() takes another one when it was taken meanwhile.
+        self.controller_port = controller_port if controller_port is not None else free_port()
         self.heap = heap
         self.kafka_dir = self.home / "kafka"
         self.data_dir = self.kafka_dir / "data"
@@ -83,6 +87,23 @@ class EmbeddedKafka:
         self.log_path = self.home / "logs" / "kafka.log"
         self.pid_path = self.home / "run" / "kafka.pid"
         self._proc: subprocess.Popen | None = None  # set when this object started the JVM
+
+    @classmethod
+    def on_free_ports(cls, home: Path, heap: str = "512m", attempts: int = 3, timeout: float = 60.0,
+                      ports=None) -> EmbeddedKafka:
+        """A started broker on ports free right now (tests, benchmarks, soak). A free port can
+        be taken by another process before the broker binds it: then again on fresh ones, up to
+        ``attempts`` times. ``ports`` (an iterator of client ports) replaces the OS's choice."""
+        ports = ports if ports is not None else iter(free_port, None)
+        for attempt in range(1, attempts + 1):
+            kafka = cls(home, port=next(ports), heap=heap)
+            try:
+                kafka.start(timeout=timeout)
+                return kafka
+            except PortInUseError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
 
     @property
     def bootstrap(self) -> str:
@@ -162,17 +183,58 @@ class EmbeddedKafka:
         starts = [i for i, line in enumerate(lines) if line.startswith(_START_MARK)]
         return "\n".join(lines[starts[-1] if starts else 0:][-n:])
 
+    def _since_start(self) -> list[str]:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        starts = [i for i, line in enumerate(lines) if line.startswith(_START_MARK)]
+        return lines[starts[-1] if starts else 0:]
+
+    def _port_taken(self) -> int | None:
+        """The port the broker failed to bind in its latest start, if that is why it exited."""
+        for line in self._since_start():
+            m = _BIND_FAILED.search(line)
+            if m:
+                return int(m.group(1))
+        return None
+
+    def _first_error(self) -> str:
+        """Kafka's first ERROR line since the latest start (its cause), else the log's last lines."""
+        lines = self._since_start()
+        for i, line in enumerate(lines):
+            if " ERROR " in line:
+                cause = next((c.strip() for c in lines[i + 1:] if c.startswith("Caused by:")), "")
+                return f"its error: {line.strip()}" + (f"\n  {cause}" if cause else "")
+        return f"last lines:\n{self.log_tail()}"
+
     # -- start / stop ---------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start the broker and wait until it answers a metadata request. Idempotent."""
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> None:
+        """Start the broker and wait until it answers a metadata request. Idempotent.
+
+        The client port is the broker's address: taken by another process, it is a
+        ``PortInUseError`` naming it. The controller port is internal: taken (between the
+        choice of a free port and the JVM's bind, by any process's outgoing connection), the
+        broker starts again on a fresh one, up to ``attempts`` times."""
         deadline = time.monotonic() + timeout
         if self.is_running():
             self._wait_ready(deadline, timeout)  # perhaps started a moment ago elsewhere
             return
-        for p in (self.port, self.controller_port):
-            if port_open(p):
-                raise ProcessError(f"cannot start Kafka on {self.bootstrap}: localhost:{p} is already in use")
+        for attempt in range(1, attempts + 1):
+            if port_open(self.port):
+                raise PortInUseError(f"cannot start Kafka on {self.bootstrap}: localhost:{self.port} is already "
+                                     f"in use", self.port)
+            if port_open(self.controller_port):
+                self.controller_port = free_port()
+            try:
+                return self._start_once(deadline, timeout)
+            except PortInUseError as e:
+                if e.port != self.controller_port or attempt == attempts:
+                    raise
+                self.controller_port = free_port()
+
+    def _start_once(self, deadline: float, timeout: float) -> None:
         java = java_executable()
         classpath = os.pathsep.join(str(j) for j in jars("kafka"))
         self._write_config()
@@ -211,9 +273,13 @@ class EmbeddedKafka:
     def _wait_ready(self, deadline: float, timeout: float) -> None:
         while True:
             if self._proc is not None and self._proc.poll() is not None:
+                taken = self._port_taken()
+                if taken is not None:
+                    raise PortInUseError(f"cannot start Kafka on {self.bootstrap}: localhost:{taken} is already in use "
+                                         f"(log: {self.log_path})", taken)
                 raise ProcessError(
                     f"Kafka exited with code {self._proc.returncode} while starting "
-                    f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                    f"(log: {self.log_path}); {self._first_error()}"
                 )
             if self._proc is None and not self.is_running():
                 raise ProcessError(f"Kafka (pid file {self.pid_path}) died while starting; last lines:\n{self.log_tail()}")

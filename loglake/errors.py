@@ -104,6 +104,14 @@ class ProcessError(LoglakeError):
     """A managed background process (broker, stream, Airflow) failed to start or stop."""
 
 
+class PortInUseError(ProcessError):
+    """A port a process must listen on is taken by another process; names the port."""
+
+    def __init__(self, message: str, port: int):
+        super().__init__(message)
+        self.port = port
+
+
 class JobError(LoglakeError):
     """A Spark job ended without success; carries its failure summary.
 

@@ -60,13 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--only: unknown scenario(s) {sorted(unknown)}; expected some of {', '.join(SCENARIOS)}")
     from loglake.embedded_kafka import EmbeddedKafka
-    from loglake.processes import free_port
     from soak import scenarios
 
     root = Path(tempfile.mkdtemp(prefix="loglake-soak-"))
     os.environ.setdefault("AIRFLOW_HOME", str(root / "airflow"))
-    kafka = EmbeddedKafka(root / "kafka-home", port=free_port(), controller_port=free_port(), heap="1g")
-    kafka.start()
+    kafka = EmbeddedKafka.on_free_ports(root / "kafka-home", heap="1g")
     results = []
     try:
         lab = scenarios.Lab(root, kafka.bootstrap)

@@ -89,7 +89,7 @@ class Lab:
         from loglake.processes import free_port
 
         self._n += 1
-        return EmbeddedKafka(self.root / f"kafka-{self._n}", port=free_port(), controller_port=free_port(), heap=heap)
+        return EmbeddedKafka(self.root / f"kafka-{self._n}", port=free_port(), heap=heap)
 
 
 def _landed(config, ds) -> np.ndarray:

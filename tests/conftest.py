@@ -26,11 +26,8 @@ def kafka_bootstrap(tmp_path_factory) -> str:
         yield external
         return
     from loglake.embedded_kafka import EmbeddedKafka
-    from loglake.processes import free_port
 
-    kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka-home"), port=free_port(), controller_port=free_port(),
-                          heap="512m")
-    kafka.start()
+    kafka = EmbeddedKafka.on_free_ports(tmp_path_factory.mktemp("kafka-home"), heap="512m")
     try:
         yield kafka.bootstrap
     finally:

@@ -6,6 +6,7 @@ Needs the kafka jars (`python -m loglake.setup_jvm`) and Java; skipped without t
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from loglake.embedded_kafka import EmbeddedKafka  # noqa: E402
+from loglake.errors import PortInUseError  # noqa: E402
 from loglake.processes import free_port  # noqa: E402
 from loglake.paths import jar_dir  # noqa: E402
 
@@ -106,3 +108,39 @@ def test_start_is_idempotent_and_stale_pid_is_ignored(kafka):
     other.stop()
     assert not kafka.is_running()
     kafka.stop()
+
+
+def _taken_port() -> socket.socket:
+    """A port bound by another socket but not listening: a connect finds it closed, as a port
+    taken between the choice of a free port and the broker's bind looks (the race CI hit)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def test_a_controller_port_taken_before_the_bind_is_replaced_by_a_fresh_one(tmp_path):
+    taken = _taken_port()
+    broker = EmbeddedKafka(tmp_path / "home", port=free_port(), controller_port=taken.getsockname()[1])
+    try:
+        broker.start()
+        assert broker.answers() and broker.controller_port != taken.getsockname()[1]
+    finally:
+        broker.stop()
+        taken.close()
+
+
+def test_a_client_port_taken_is_named_and_on_free_ports_tries_fresh_ones(tmp_path):
+    taken = _taken_port()
+    port = taken.getsockname()[1]
+    try:
+        broker = EmbeddedKafka(tmp_path / "a", port=port)
+        with pytest.raises(PortInUseError, match=f"localhost:{port} is already in use"):
+            broker.start()
+        assert not broker.is_running()
+        started = EmbeddedKafka.on_free_ports(tmp_path / "b", ports=iter([port, free_port()]))
+        try:
+            assert started.port != port and started.answers()
+        finally:
+            started.stop()
+    finally:
+        taken.close()

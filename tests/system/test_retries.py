@@ -21,7 +21,7 @@ from loglake.jobs import JobRequest
 from loglake.kafka_admin import log_bounds
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
-from loglake.processes import free_port, wait_for
+from loglake.processes import wait_for
 from loglake.produce import produce
 from loglake.sandbox import write_conf
 from loglake.tables import open_table, query
@@ -39,8 +39,7 @@ def task_rows(db, run_id: str) -> dict[str, dict]:
 
 
 def test_transient_failures_are_retried_and_permanent_ones_fail_once(tmp_path, airflow_db):
-    kafka = EmbeddedKafka(tmp_path / "kafka-home", port=free_port(), controller_port=free_port())
-    kafka.start()
+    kafka = EmbeddedKafka.on_free_ports(tmp_path / "kafka-home")
     try:
         config = load_config(write_conf(tmp_path, kafka.bootstrap), home=tmp_path / "state")
         ds = config.dataset("job_views")
