@@ -26,10 +26,10 @@ from bench.harness import REPO, machine
 SCENARIOS = {
     "R1": ("soak.scenarios:speed_kills", {"records": 1_000_000, "kills": 50}, {"records": 6000, "kills": 2}),
     "R2": ("soak.scenarios:broker_faults", {"records": 200_000, "kills": 5, "stops": 5},
-           {"records": 5000, "kills": 1, "stops": 1}),
+           {"records": 5000, "kills": 1, "stops": 1, "down": (2.0, 5.0)}),
     "R3": ("soak.scenarios:retention_loss", {"records": 300_000}, {"records": 900}),
     "R4": ("soak.busy:busy_platform", {"minutes": 30, "maintain_every": 120, "batch_every": 300, "rate": 500},
-           {"minutes": 0.5, "maintain_every": 20, "batch_every": 10, "rate": 100, "query_pause": 2.0}),
+           {"minutes": 0.5, "maintain_every": 20, "batch_every": 10, "rate": 100, "query_pause": 4.0}),
     "R5": ("soak.scenarios:malformed_kinds", {"records": 500_000, "per_kind": 5000, "flood": 10_000_000},
            {"records": 3000, "per_kind": 25}),
     "R6": ("soak.scenarios:recompute_killed", {"records": 1_000_000}, {"records": 3000}),
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from loglake.embedded_kafka import EmbeddedKafka
     from soak import scenarios
 
+    path = Path(args.out) / f"{dt.date.today().isoformat()}{'-small' if args.small else ''}.json"
     root = Path(tempfile.mkdtemp(prefix="loglake-soak-"))
     os.environ.setdefault("AIRFLOW_HOME", str(root / "airflow"))
     kafka = EmbeddedKafka.on_free_ports(root / "kafka-home", heap="1g")
@@ -86,17 +87,21 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             for note in out.notes:
                 print(f"  {sid}: {note}", flush=True)
+            for line in out.info:
+                print(f"  {sid} info: {line}", flush=True)
+            _write(results, args, path)  # after each scenario: a soak cut short keeps what it measured
     finally:
         kafka.stop()
         shutil.rmtree(root, ignore_errors=True)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    date = dt.date.today().isoformat()
-    path = out_dir / f"{date}.json"
-    path.write_text(json.dumps({"machine": machine(), "small": args.small, "scenarios": results}, indent=2))
-    _chart(results, out_dir / f"{date}.png")
+    _chart(results, path.with_suffix(".png"))
     print(f"soak: results in {path}")
     return 0 if all(r["passed"] for r in results) else 1
+
+
+def _write(results: list[dict], args, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), "small": args.small, "only": args.only,
+                                "scenarios": results}, indent=2, default=str))
 
 
 def _chart(results: list[dict], path: Path) -> None:
