@@ -1,9 +1,9 @@
-"""Delta maintenance against a real broker, real Spark and real Delta, while the stream writes."""
+"""Delta maintenance against a real broker, real Spark and real Delta (OPTIMIZE while the stream
+writes, with queries beside it: the R4 scenario, tests/reliability/test_busy.py)."""
 
 from __future__ import annotations
 
 import shutil
-import threading
 
 import pytest
 import yaml
@@ -13,7 +13,6 @@ from loglake.config import load_config
 from loglake.kafka_admin import log_bounds
 from loglake.ledger import batch_watermarks
 from loglake.planning import plan_batch
-from loglake.processes import wait_for
 from loglake.produce import produce
 from loglake.results import last_maintenance
 from loglake.tables import open_table
@@ -21,7 +20,7 @@ from spark_jobs import delta_io
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.serving import serving_view
-from spark_jobs.speed import run_speed, start_stream
+from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -54,48 +53,6 @@ def landed(spark, config, ds):
 
 def row_hashes(df) -> list[str]:
     return sorted(r[0] for r in df.select(F.sha2(F.to_json(F.struct(*sorted(df.columns))), 256)).collect())
-
-
-def test_optimize_during_an_active_stream(spark, make_config):
-    # Small micro-batches: many commits, many small files, and a backlog that keeps the
-    # stream committing while maintenance runs.
-    config = make_config(speed={"max_offsets_per_trigger": 60})
-    ds = config.dataset("job_views")
-    speed_path = config.table_path(ds, "speed")
-    produce(config, ds, 600, bad_fraction=0.05, seed=71)
-    query, recorder = start_stream(spark, config, ds)
-    try:
-        wait_for(lambda: version(speed_path) >= 4, 240, "four micro-batches in the speed table")
-        more = threading.Thread(target=produce, args=(config, ds, 300),
-                                kwargs={"rate": 60, "bad_fraction": 0.05, "seed": 72})
-        more.start()
-        summary = run_maintenance(spark, config, ds, "while-streaming")
-        more.join()
-        opt = next(r for r in summary["operations"] if r["table"] == ds.tables.speed and r["operation"] == "optimize")
-        # Batches keep landing after the OPTIMIZE: the stream survived it.
-        wait_for(lambda: version(speed_path) > opt["version_after"], 120, "a speed commit after the OPTIMIZE")
-        expected = log_offsets(config, ds.topic)
-        wait_for(lambda: landed(spark, config, ds).count() == len(expected), 240, "the stream to reach the log end")
-        assert query.isActive and query.exception() is None
-    finally:
-        query.stop()
-        spark.streams.removeListener(recorder)
-
-    commits = {h["version"]: h for h in history(spark, speed_path)}
-    optimized = [v for v, h in commits.items() if h["operation"] == "OPTIMIZE"]
-    assert len(optimized) == 1
-    v = optimized[0]
-    assert opt["version_before"] < v <= opt["version_after"]
-    metrics = commits[v]["operationMetrics"]
-    assert int(metrics["numAddedFiles"]) < int(metrics["numRemovedFiles"])
-    assert any(h["operation"] == "WRITE" for w, h in commits.items() if w > v)
-    # OPTIMIZE changes no data: the same rows just before and at its version.
-    at = lambda n: spark.read.format("delta").option("versionAsOf", n).load(speed_path)  # noqa: E731
-    assert row_hashes(at(v - 1)) == row_hashes(at(v))
-    # And the stream stayed exact: every offset of the log exactly once, speed or quarantine.
-    rows = landed(spark, config, ds)
-    assert offsets(rows) == expected
-    assert opt["files_before"] > 0 and opt["bytes_before"] > 0 and opt["attempts"] >= 1
 
 
 def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
