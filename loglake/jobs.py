@@ -114,10 +114,16 @@ def report(summary: dict, summary_file: str | None) -> None:
         print(line, flush=True)
 
 
+def arg_of(argv: list[str], flag: str) -> str | None:
+    """``flag``'s value in a job's arguments (``--summary-file``, ``--progress-file``), even
+    when the rest is malformed."""
+    args = list(argv)
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
+
+
 def summary_file_of(argv: list[str]) -> str | None:
     """``--summary-file``'s value in a job's arguments, even when the rest is malformed."""
-    args = list(argv)
-    return args[args.index("--summary-file") + 1] if "--summary-file" in args[:-1] else None
+    return arg_of(argv, "--summary-file")
 
 
 def read_summary(text: str | None) -> dict | None:
