@@ -54,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "soak" / "results"))
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # The scenarios import Airflow's modules (plans, DAG params), whose logging set-up lets every
+    # logger through at INFO: py4j's and Great Expectations' chatter would flood the console.
+    import logging
+
+    import airflow  # noqa: F401  (its logging set-up first, then these levels over it)
+
+    for name in ("py4j", "great_expectations"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     sys.path.insert(0, str(REPO / "plugins"))
     wanted = args.only.upper().split(",") if args.only else list(SCENARIOS)
     unknown = set(wanted) - set(SCENARIOS)
