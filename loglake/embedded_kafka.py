@@ -176,12 +176,9 @@ class EmbeddedKafka:
 
     def log_tail(self, n: int = 30) -> str:
         """The last ``n`` lines of kafka.log written since the latest start."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
+        if not self.log_path.exists():
             return f"(no log at {self.log_path})"
-        starts = [i for i, line in enumerate(lines) if line.startswith(_START_MARK)]
-        return "\n".join(lines[starts[-1] if starts else 0:][-n:])
+        return "\n".join(self._since_start()[-n:])
 
     def _since_start(self) -> list[str]:
         try:

@@ -77,7 +77,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
 
     from loglake.airflow_client import AirflowClient
     from loglake.airflow_embedded import EmbeddedAirflow
-    from loglake.kafka_admin import log_bounds
+    from loglake.kafka_admin import end_offsets
     from loglake.processes import alive, descendants, free_port, wait_for
     from loglake.produce import produce
 
@@ -85,7 +85,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
     config = lab.config()
     ds = config.dataset("job_views")
     produce(config, ds, records, bad_fraction=0.02, seed=seed)
-    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+    ends = end_offsets(config, ds.topic)
     requested = split_ranges({p: e for p, e in ends.items() if e}, ranges)
     out = Outcome("R7", f"SIGKILL the Airflow scheduler {kills}x during a backfill of {len(requested)} ranges "
                         f"({records:,} records)",

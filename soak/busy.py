@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from soak.scenarios import Lab, Outcome
+from loglake.kafka_admin import end_offsets
+from soak.scenarios import Lab, Outcome, caught_up
 
 # One statement, so one snapshot: the registered views (``job_views``, ``quarantine.job_views``)
 # are pinned together by ``register_tables``. Per partition: the served rows (count, distinct
@@ -72,20 +73,6 @@ class BusyOutcome(Outcome):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "info": self.info, "queries": self.queries, "runs": self.runs}
-
-
-def _log_ends(config, ds) -> dict[int, int]:
-    from loglake.kafka_admin import log_bounds
-
-    return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
-
-
-def _caught_up(config, ds, ends: dict[int, int]) -> bool:
-    """The stream's committed position has reached ``ends`` in every partition."""
-    from loglake.kafka_admin import group_offsets
-
-    now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
-    return all((now.get(p) or 0) >= e for p, e in ends.items())
 
 
 @dataclass
@@ -390,8 +377,8 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
             t.join(timeout=max(900.0, 4 * max(maintain_every, batch_every)) + 60)
         stop_ingest.set()
         producer.join(timeout=PRODUCE_CHUNK_SECONDS * 4 + 120)
-        ends = _log_ends(config, ds)
-        wait_for(lambda: _caught_up(config, ds, ends), 600, "the stream to catch up with the log end", interval=0.5,
+        ends = end_offsets(config, ds.topic)
+        wait_for(lambda: caught_up(config, ds, ends), 600, "the stream to catch up with the log end", interval=0.5,
                  log=stream.process)
         stop_reader.set()
         reader.join(timeout=600)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from loglake.kafka_admin import end_offsets
+
 
 @dataclass
 class Outcome:
@@ -121,7 +123,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
                 rate: float | None = None) -> Outcome:
     """R1: SIGKILL the speed job ``kills`` times at random moments while ``records`` arrive
     over 6 partitions; then every offset must be in speed ∪ quarantine exactly once."""
-    from loglake.kafka_admin import group_offsets, log_bounds
+    from loglake.kafka_admin import group_offsets
     from loglake.processes import descendants, wait_for
     from loglake.produce import produce
     from loglake.streams import SpeedStream
@@ -152,7 +154,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
                 except ProcessLookupError:
                     pass
             killed_at, killed_wall = time.monotonic(), time.time()
-            ends_then = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+            ends_then = end_offsets(config, ds.topic)
             out.faults += 1
             # Recovered: the restarted query runs, and has committed what the log held at the kill.
             marker = stream.progress_file.with_suffix(".started")
@@ -166,7 +168,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
             wait_for(recovered, 300, "the speed job to run again and commit past the kill", log=stream.process)
             out.recovery_seconds.append(round(time.monotonic() - killed_at, 1))
         producer.join()
-        ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+        ends = end_offsets(config, ds.topic)
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 600,
                  "the stream to catch up with the log end", log=stream.process)
     finally:
@@ -177,17 +179,12 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
     return out
 
 
-def _caught_up(config, ds, ends: dict[int, int]) -> bool:
+def caught_up(config, ds, ends: dict[int, int]) -> bool:
+    """The stream's committed position has reached ``ends`` in every partition."""
     from loglake.kafka_admin import group_offsets
 
     now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
     return all((now.get(p) or 0) >= e for p, e in ends.items())
-
-
-def _log_ends(config, ds) -> dict[int, int]:
-    from loglake.kafka_admin import log_bounds
-
-    return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
 
 
 def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int = 2,
@@ -236,21 +233,21 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
             time.sleep(rng.uniform(*down))
             kafka.start(timeout=120)
             back = time.monotonic()
-            ends_then = _log_ends(config, ds)
-            wait_for(lambda: _caught_up(config, ds, ends_then), 300,
+            ends_then = end_offsets(config, ds.topic)
+            wait_for(lambda: caught_up(config, ds, ends_then), 300,
                      f"the speed layer to commit past the broker's return (after a {kind})", interval=0.5,
                      log=stream.process)
             out.recovery_seconds.append(round(time.monotonic() - back, 1))
         producer.join()
-        ends = _log_ends(config, ds)
-        wait_for(lambda: _caught_up(config, ds, ends), 600, "the stream to catch up with the log end",
+        ends = end_offsets(config, ds.topic)
+        wait_for(lambda: caught_up(config, ds, ends), 600, "the stream to catch up with the log end",
                  interval=0.5, log=stream.process)
         if stream.failure() or not stream.pid():
             out.notes.append(f"the speed stream did not survive: {stream.state()}")
     finally:
         stream.stop()
-        out.lost, out.duplicated = count_exactly_once(config, ds, _log_ends(config, ds)) if kafka.is_running() else (
-            -1, -1)
+        out.lost, out.duplicated = (count_exactly_once(config, ds, end_offsets(config, ds.topic))
+                                    if kafka.is_running() else (-1, -1))
         kafka.stop()
     beyond = [a for a in acked if a[1] >= ends.get(a[0], 0)]
     if beyond:
@@ -301,7 +298,7 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     config = lab.config()
     ds = config.dataset("job_views")
     produce(config, ds, records, bad_fraction=0.02, seed=seed)
-    ends = {p: e for p, e in _log_ends(config, ds).items() if e}
+    ends = {p: e for p, e in end_offsets(config, ds.topic).items() if e}
     out = Outcome("R6", f"the same ranges recomputed twice, once SIGKILLed mid-write ({records:,} records)",
                   records=sum(ends.values()), command=f"soak R6 records={records}")
     env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
@@ -394,7 +391,6 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     acceptance until the batch layer (one batch run) and the waiting stream caught up."""
     from loglake.audit import audit_dataset, format_audit
     from loglake.errors import DataLossError, ParamError
-    from loglake.kafka_admin import log_bounds
     from loglake.ledger import batch_watermarks
     from loglake.losses import accept_loss, find_losses
     from loglake.planning import plan_batch
@@ -493,12 +489,12 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
 
         # Every layer continues from the earliest retained offset.
         plan = plan_batch(config, ds)
-        ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+        ends = end_offsets(config, ds.topic)
         expect({r.partition: r.start for r in plan.ranges} == {q: earliest[q] for q in earliest if earliest[q] < ends[q]},
                f"the batch plan after acceptance starts at {[(r.partition, r.start) for r in plan.ranges]}")
         recompute_and_publish(spark, config, ds, plan, "r3-after")
         out.recovery_seconds.append(round(time.monotonic() - accepted_at, 1))
-        wait_for(lambda: _caught_up(config, ds, ends) and not stream.blocked(), 300,
+        wait_for(lambda: caught_up(config, ds, ends) and not stream.blocked(), 300,
                  "the waiting stream to resume and reach the log end", interval=0.5, log=stream.process)
         out.recovery_seconds.append(round(time.monotonic() - accepted_at, 1))
         expect(stream.pid() is not None and stream.failure() is None, f"the stream after resuming: {stream.state()}")
