@@ -445,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
+        if args.command not in ("down", "status", "kafka"):
+            # A schema change the tables cannot take is refused before anything runs (status
+            # says it among the rest; down and kafka must work whatever a dataset's conf says).
+            from loglake.schemas import check_all
+
+            check_all(config)
         keep_logs(config)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,

@@ -455,6 +455,9 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
                 overrides: dict[str, Any] | None = None, home: Path | str | None = None) -> Config:
     """Load ``conf/`` and validate it.
 
+    What the conf says is checked against what the lake holds by ``loglake.schemas.check_all``
+    (a schema change the tables cannot take), which every entry point calls after this.
+
     ``profile`` defaults to ``$LOGLAKE_PROFILE``, then the file's ``default_profile``.
     ``overrides`` maps dotted profile keys to values (``{"kafka.bootstrap_servers": ...}``);
     ``$LOGLAKE_KAFKA_BOOTSTRAP`` overrides ``kafka.bootstrap_servers``.

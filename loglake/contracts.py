@@ -122,6 +122,15 @@ LEDGER = SystemTable("offsets ledger", "_ledger/offsets", contract(
     ("quarantine_version", "bigint", "published/compacted: the quarantine table's version of the batch layer"),
     ("reason", "string", "lost: why the operator accepted the loss"),
     ("recorded_by", "string", "lost: who accepted it (user@host)"),
+    ("schema_version", "bigint", "written/published: the dataset's schema version the range was validated under"),
+))
+
+# One row per form of a dataset's schema that loglake ran with (``loglake.schemas``).
+SCHEMAS = SystemTable("_schemas", "_ledger/schemas", contract(
+    ("dataset", "string"), ("version", "bigint"), ("fingerprint", "string"),
+    ("fields", "string", "JSON: kind, key and each field's type, required and rules"),
+    ("change", "string", "what changed from the version before"), ("recorded_at", "timestamp"),
+    ("recorded_by", "string", "user@host of the writer that recorded it"),
 ))
 
 # One row per expectation per validation run (spark_jobs/quality.py).
@@ -154,4 +163,4 @@ MAINTENANCE_LOG = SystemTable("_maintenance_log", "_maintenance_log", contract(
     ("attempts", "int"), ("seconds", "double"), ("run_id", "string"), ("started_at", "timestamp"),
 ))
 
-SYSTEM_TABLES = (LEDGER, QUALITY_RESULTS, AUDIT_RESULTS, MAINTENANCE_LOG)
+SYSTEM_TABLES = (LEDGER, SCHEMAS, QUALITY_RESULTS, AUDIT_RESULTS, MAINTENANCE_LOG)

@@ -43,6 +43,16 @@ class ConfigError(LoglakeError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class SchemaChangeError(ConfigError):
+    """A dataset's conf changes its schema in a way its tables cannot take (``loglake.schemas``)."""
+
+    def __init__(self, dataset: str, changes: str, ways_forward: str, *, file: str, key: str):
+        self.dataset = dataset
+        self.changes = changes
+        super().__init__(f"dataset {dataset}: breaking schema change refused (nothing was run; the tables keep "
+                         f"their schema): {changes}. {ways_forward}", file=file, key=key)
+
+
 class KeyedValueError(LoglakeError, ValueError):
     """A configuration value is invalid across fields; ``key`` names the key it is about.
 

@@ -8,6 +8,7 @@ end offset, the speed layer's position and the batch watermark. Used by
 
 from __future__ import annotations
 
+import sys
 import time
 
 from loglake.config import Config
@@ -139,6 +140,15 @@ def status(config: Config) -> int:
             print("\n".join(_dataset_lines(config, ds)))
         except (LoglakeError, KafkaException) as e:
             print(f"{ds.name} ({ds.topic}): {e}")
+    # Loaded without the schema check (status must show everything): a refused change is said here.
+    from loglake.schemas import SchemaChangeError, check
+
+    for ds in config.datasets.values():
+        try:
+            check(config, ds)
+        except SchemaChangeError as e:
+            print(f"loglake: error: {e}", file=sys.stderr)
+            ok = False
     return 0 if ok else 1
 
 

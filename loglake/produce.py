@@ -54,26 +54,41 @@ def _company_ceo(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
     }
 
 
+def _field_value(spec, rng: random.Random, now: datetime):
+    """A valid value of a field, from its type and rules."""
+    if spec.enum:
+        return rng.choice(spec.enum)
+    if spec.type == "long":
+        lo, hi = int(spec.min if spec.min is not None else 0), int(spec.max if spec.max is not None else 10**6)
+        return rng.randint(lo, hi)
+    if spec.type == "double":
+        return rng.uniform(spec.min or 0.0, spec.max if spec.max is not None else 1000.0)
+    if spec.type == "boolean":
+        return rng.random() < 0.5
+    if spec.type == "timestamp":
+        return _iso(now)
+    return uuid.UUID(int=rng.getrandbits(128), version=4).hex
+
+
 def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict]]:
     """A schema-driven generator for datasets without a hand-written one."""
     def gen(rng: random.Random, now: datetime) -> tuple[str, dict]:
-        value = {}
-        for name, spec in ds.fields.items():
-            if spec.enum:
-                value[name] = rng.choice(spec.enum)
-            elif spec.type == "long":
-                lo, hi = int(spec.min if spec.min is not None else 0), int(spec.max if spec.max is not None else 10**6)
-                value[name] = rng.randint(lo, hi)
-            elif spec.type == "double":
-                value[name] = rng.uniform(spec.min or 0.0, spec.max if spec.max is not None else 1000.0)
-            elif spec.type == "boolean":
-                value[name] = rng.random() < 0.5
-            elif spec.type == "timestamp":
-                value[name] = _iso(now)
-            else:
-                value[name] = uuid.UUID(int=rng.getrandbits(128), version=4).hex
+        value = {name: _field_value(spec, rng, now) for name, spec in ds.fields.items()}
         return str(value[ds.key]), value
     return gen
+
+
+def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
+    """A hand-written generator, plus a value for each field the dataset's schema gained since
+    it was written (a schema change: ``loglake.schemas``)."""
+    def more(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
+        key, value = gen(rng, now)
+        if value is not None:
+            for name, spec in ds.fields.items():
+                if name not in value:
+                    value[name] = _field_value(spec, rng, now)
+        return key, value
+    return more
 
 
 GENERATORS: dict[str, Callable] = {"job_views": _job_view, "company_ceos": _company_ceo}
@@ -129,7 +144,7 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
     if not 0.0 <= bad_fraction <= 1.0:
         raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
     rng = random.Random(seed)
-    gen = GENERATORS.get(ds.name) or _generic(ds)
+    gen = _with_added_fields(ds, GENERATORS[ds.name]) if ds.name in GENERATORS else _generic(ds)
     n_bad = round(count * bad_fraction)
     bad_at = set(rng.sample(range(count), n_bad)) if n_bad else set()
     now = datetime.now(timezone.utc)
@@ -137,7 +152,7 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
         key, value = gen(rng, now)
         if i in bad_at:
             if value is None:  # a tombstone cannot be broken further; break a fresh record
-                key, value = _company_ceo(rng, now) if ds.name == "company_ceos" else gen(rng, now)
+                key, value = gen(rng, now)
                 while value is None:
                     key, value = gen(rng, now)
             yield malformed(ds, rng, key, value), False

@@ -68,6 +68,7 @@ class DatasetStatus:
     at: float = 0.0  # when it was read (epoch seconds): the "now" of every age above
     writer: dict | None = None  # the holder of the dataset's lease (loglake.locks), None: free
     lost: list[dict] = field(default_factory=list)  # ranges accepted as lost (loglake.losses), oldest first
+    schema: dict = field(default_factory=dict)  # loglake.schemas.schema_status
 
     def to_dict(self) -> dict:
         """JSON-ready (timestamps as ISO strings)."""
@@ -124,9 +125,11 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
 
     lost = [{k: r[k] for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")}
             for r in lost_ranges(ledger_rows(config, ds))]
+    from loglake.schemas import schema_status
+
     return DatasetStatus(ds.name, ds.topic, ds.kind, result, retention, policy,
                          last_quality(config, ds), last_audit(config, ds), table_status(config, ds), now,
-                         holders(config, [ds.name]).get(ds.name), lost)
+                         holders(config, [ds.name]).get(ds.name), lost, schema_status(config, ds))
 
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
@@ -208,8 +211,16 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
     lines.append(f"  audit: {audit_text(st.audit)}")
     lines.append("  tables: " + ", ".join(table_text(t) for t in st.tables))
     lines.append(f"  writer: {writer_text(st.writer)}")
+    if st.schema:
+        lines.append(f"  schema: {schema_text(st.schema)}")
     lines += [f"  accepted loss: {lost_text(r)}" for r in st.lost]
     return lines
+
+
+def schema_text(schema: dict) -> str:
+    from loglake.schemas import schema_text as text
+
+    return text(schema)
 
 
 def lost_text(r: dict) -> str:

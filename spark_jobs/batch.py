@@ -30,7 +30,7 @@ from loglake.locks import appends_paused
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
 from loglake.tables import staging_path
-from spark_jobs import delta_io, entry, parse
+from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
 from spark_jobs.predicates import range_predicate
 from spark_jobs.system_tables import append_ledger
@@ -75,6 +75,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     if not ranges:
         return {**summary, "seconds": 0.0, "records_per_second": None}
     check_retained(config, ranges)
+    schema_version = evolution.prepare(spark, config, ds, ("batch",))
 
     raw = read_ranges(spark, config, ranges)
     validated = parse.validate(raw, ds)
@@ -97,7 +98,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
         if ds.kind == "changelog":
             state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
-            state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(batch_path)
+            state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
             _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
             n = observation.get
@@ -120,12 +121,13 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     append_ledger(spark, config, [
         {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
          "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
-         "run_id": run_id, "state": "written"} for i, r in enumerate(ranges)])
+         "run_id": run_id, "state": "written", "schema_version": schema_version} for i, r in enumerate(ranges)])
     seconds = time.monotonic() - started
     records = sum(n[f"records_{i}"] for i in range(len(ranges)))
     quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
     total = records + quarantined
-    return {**summary, "records": records, "quarantined": quarantined, "staged": staged, "seconds": round(seconds, 3),
+    return {**summary, "records": records, "quarantined": quarantined, "staged": staged,
+            "schema_version": schema_version, "seconds": round(seconds, 3),
             "records_per_second": round(total / seconds) if seconds else None}
 
 

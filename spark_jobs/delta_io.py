@@ -7,6 +7,7 @@ the micro-batch id makes a replayed batch (after a crash) a no-op.
 
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import contextmanager, nullcontext
 from typing import Callable, ContextManager, TypeVar
@@ -95,11 +96,12 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     rows matching ``predicate``, so none can appear between the check and the append.
     """
     if not _holds(spark, path, predicate):
-        df.write.format("delta").mode("append").save(path)
+        df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
         return 1
     with (pause or nullcontext)():
         _result, attempts = retry_conflicts(
-            lambda: df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(path),
+            lambda: df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+            .option("mergeSchema", "true").save(path),
             f"replace the rows of {path} where {predicate[:120]}")
     return attempts
 
@@ -118,16 +120,48 @@ def delete_rows(spark: SparkSession, path: str, predicate: str,
     return attempts
 
 
+def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str], what: str = "") -> list[str]:
+    """Add the ``columns`` (name → Spark SQL type) the Delta table at ``path`` lacks, as
+    nullable columns (``ALTER TABLE ... ADD COLUMNS``): rows written before read them as
+    null. A column it has already is left as it is (a type that differs is refused earlier,
+    at config load: ``loglake.schemas``). Returns the columns added; no table: none."""
+    from loglake.tables import open_table
+
+    table = open_table(path)
+    if table is None:
+        return []
+    have = {f.name.lower() for f in table.schema().fields}
+    missing = {n: t for n, t in columns.items() if n.lower() not in have}
+    if not missing:
+        return []
+    ddl = ", ".join(f"`{n}` {t}" for n, t in missing.items())
+    retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({ddl})"),
+                    f"add columns {', '.join(missing)} to {path}{f' ({what})' if what else ''}")
+    return list(missing)
+
+
+def columns_of(df: DataFrame, names: list[str] | None = None) -> dict[str, str]:
+    """``{name: Spark SQL type}`` of ``df``'s columns (``names`` only, when given)."""
+    return {f.name: f.dataType.simpleString() for f in df.schema.fields if names is None or f.name in names}
+
+
 def create_if_missing(df: DataFrame, path: str) -> None:
     """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists."""
     df.limit(0).write.format("delta").mode("ignore").save(path)
 
 
-def append_idempotent(df: DataFrame, path: str, app_id: str, version: int) -> None:
-    """Append ``df`` to the Delta table at ``path`` unless (app_id, version) already landed."""
-    (df.write.format("delta").mode("append")
-     .option("txnAppId", app_id).option("txnVersion", version)
-     .save(path))
+def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metadata: dict | None = None) -> None:
+    """Append ``df`` to the Delta table at ``path`` unless (app_id, version) already landed.
+
+    ``mergeSchema``: a column the dataset's schema added since (``loglake.schemas``: only
+    additive changes get this far) is added to the table; older rows read it as null.
+    ``metadata``: recorded as the commit's ``userMetadata`` (JSON), e.g. the schema version.
+    """
+    writer = (df.write.format("delta").mode("append").option("mergeSchema", "true")
+              .option("txnAppId", app_id).option("txnVersion", version))
+    if metadata:
+        writer = writer.option("userMetadata", json.dumps(metadata, sort_keys=True))
+    writer.save(path)
 
 
 @contextmanager
@@ -158,6 +192,8 @@ def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
     return per_partition.groupBy(key).agg(across.alias("_row")).select("_row.*")
 
 
+_known_columns: dict[str, tuple[str, ...]] = {}  # latest-state tables whose columns were checked, by path
+
 # Whether change ``s`` is newer than state row ``t`` of the same key (the rule of ``latest_per_key``).
 NEWER = ("(s._partition = t._partition AND s._offset > t._offset) OR (s._partition <> t._partition AND "
          "(s._kafka_timestamp > t._kafka_timestamp OR (s._kafka_timestamp = t._kafka_timestamp AND "
@@ -177,6 +213,10 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
     state_cols = [c for c in changes.columns if c != "_deleted"]
     if not table_exists(spark, path):
         create_if_missing(changes.select(*state_cols), path)
+    elif _known_columns.get(path) != tuple(state_cols):
+        # A field the schema added since (an additive change): the state table gains it first.
+        add_missing_columns(spark, path, columns_of(changes, state_cols), "latest state")
+        _known_columns[path] = tuple(state_cols)
     newest = latest_per_key(changes, key)
     newer = NEWER
 

@@ -18,6 +18,7 @@ from loglake.config import Config, Dataset, load_config
 from loglake.errors import ConfigError, LoglakeError
 from loglake.jobs import JobRequest, failure, report, summary_file_of
 from loglake.locks import writer
+from loglake.schemas import check as check_schema
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
 # stream appends beside them.
@@ -31,6 +32,7 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
         request = JobRequest.parse(job, argv)
         config: Config = load_config()
         ds: Dataset = config.dataset(request.dataset)
+        check_schema(config, ds)  # a breaking schema change: refused before the JVM starts
         from spark_jobs.session import get_spark
 
         # One writer per dataset: the lease is taken before the JVM starts (a job that waits

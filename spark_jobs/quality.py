@@ -187,13 +187,15 @@ def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: st
               for layer in ("batch", "quarantine")}
     batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     if ds.kind == "changelog":
-        (staged["batch"].write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        # mergeSchema, never overwriteSchema: a column is never dropped from a served table
+        # (a field's removal is refused at config load, loglake.schemas).
+        (staged["batch"].write.format("delta").mode("overwrite").option("mergeSchema", "true")
          .save(batch_path))
         where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
     else:
         where = range_predicate(ranges)
         (staged["batch"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
-         .save(batch_path))
+         .option("mergeSchema", "true").save(batch_path))
         where = f"_layer = 'batch' AND ({where})"
     # The speed stream appends to the quarantine table meanwhile (delta_io.replace_rows).
     delta_io.replace_rows(spark, staged["quarantine"].where(where), quarantine_path, where,

@@ -93,15 +93,36 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
             continue
         earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
         marks = snap.watermarks(earliest)
-        source = present.get("batch") or present["speed"]
-        columns = [c for c in spark.table(source).columns if c != "_deleted"]
+        sides, columns = aligned_sides(spark, {layer: present.get(layer) for layer in ("batch", "speed")})
         if ds.kind == "changelog":
-            sql = changelog_view_sql(present.get("batch"), present.get("speed"), marks, ds.key, columns)
+            sql = changelog_view_sql(sides["batch"], sides["speed"], marks, ds.key, columns)
         else:
-            sql = events_view_sql(present.get("batch"), present.get("speed"), marks, columns)
+            sql = events_view_sql(sides["batch"], sides["speed"], marks, columns)
         spark.sql(f"CREATE OR REPLACE TEMP VIEW `{ds.name}` AS {sql}")
         names.append(ds.name)
     return names
+
+
+def aligned_sides(spark: SparkSession, tables: dict[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
+    """The serving view's columns — every column of either table (batch's order first),
+    ``_deleted`` apart — and, per side, what to read: the table's name, or when it lacks
+    some of those columns (a field the schema added that one table has not received yet,
+    ``loglake.schemas``) a subquery giving them as typed nulls."""
+    schemas = {side: spark.table(name).schema for side, name in tables.items() if name}
+    columns: dict[str, str] = {}
+    for schema in schemas.values():
+        for f in schema.fields:
+            if f.name != "_deleted" and f.name not in columns:
+                columns[f.name] = f.dataType.simpleString()
+    sides: dict[str, str | None] = {}
+    for side, name in tables.items():
+        if not name:
+            sides[side] = None
+            continue
+        have = set(schemas[side].fieldNames())
+        missing = [f"CAST(NULL AS {t}) AS `{c}`" for c, t in columns.items() if c not in have]
+        sides[side] = f"(SELECT *, {', '.join(missing)} FROM {name})" if missing else name
+    return sides, list(columns)
 
 
 def serving_view(spark: SparkSession, config: Config, ds: Dataset | str, as_of: str | None = None) -> DataFrame:

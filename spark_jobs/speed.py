@@ -28,12 +28,12 @@ from loglake.ledger import batch_watermarks
 from loglake.locks import wait_while_paused
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.snapshots import speed_txn_app
-from spark_jobs import delta_io, entry, parse
+from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import source_options
 
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
-                  batch_id: int) -> None:
+                  batch_id: int, schema_version: int | None = None) -> None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
@@ -42,7 +42,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
     a crash whose valid rows had landed skips the count (the append would be skipped, so
-    nothing would be counted) and appends its quarantine by transaction id.
+    nothing would be counted) and appends its quarantine by transaction id. Each commit
+    records ``schema_version`` (the version of the dataset's schema it validated under).
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
     # stream to hold its appends meanwhile (loglake.locks.appends_paused): hold this batch.
@@ -52,23 +53,25 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
               file=sys.stderr, flush=True)
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
     validated = parse.validate(batch, ds)
+    meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
         validated = validated.persist()
     try:
         landed = delta_io.committed_version(speed_path, app_id)
         if landed is not None and landed >= batch_id:
-            delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id)
+            delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id,
+                                       meta)
         else:
             # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
             # by one below the limit, else a window per partition (bounded either way).
             exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
             observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
-                                       app_id, batch_id)
+                                       app_id, batch_id, meta)
             counts = observation.get
             if counts["quarantined"]:
                 bad = parse.validate(parse.bad_records(batch, counts), ds)
-                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id)
+                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
@@ -208,6 +211,9 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         check_partitions(ds, list_topics(config).get(topic, ds.partitions))
         if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
             _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+    # The schema version in force (a new one recorded when the conf gained a field since) and
+    # the stream's own tables evolved to it, before the first micro-batch.
+    schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
     speed = config.profile.speed
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
@@ -225,7 +231,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
-        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id)
+        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)

@@ -17,13 +17,14 @@ from spark_jobs.delta_io import retry_conflicts
 
 
 def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[dict], *,
-           stamp: str | None = None) -> None:
+           stamp: str | None = None, txn: tuple[str, int] | None = None) -> None:
     """Append ``rows`` (dicts keyed by the contract's columns) to ``table``.
 
     ``stamp`` names a timestamp column set to now for every row (``committed_at``, ...).
     Concurrent appends (mapped tasks of several datasets; the first two may both create
     the table) are retried. ``mergeSchema``: a table made by an older loglake gains the
-    columns its contract has since added.
+    columns its contract has since added. ``txn``: (application id, version) — the append
+    is skipped when that version (or a newer one) of the application already landed.
     """
     if not rows:
         return
@@ -37,8 +38,10 @@ def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[d
     data = [tuple(value(r, c) for c in table.contract.names) for r in rows]
     df = spark.createDataFrame(data, table.contract.ddl)
     path = config.system_table_path(table)
-    retry_conflicts(lambda: df.write.format("delta").mode("append").option("mergeSchema", "true").save(path),
-                    f"append to {table.name}")
+    writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    retry_conflicts(lambda: writer.save(path), f"append to {table.name}")
 
 
 # States a run records once per range: a retry of its task repeats what the first try recorded.

@@ -34,14 +34,21 @@ def batch_args(run_id: str) -> dict[str, list]:
     loss — those stop alone; the other datasets run (``fail_on_losses`` then fails the run).
     """
     from loglake.config import load_config
-    from loglake.errors import DataLossError
+    from loglake.errors import DataLossError, SchemaChangeError
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_batch
+    from loglake.schemas import check
 
     config = or_fail(load_config)
     topics = or_fail(list_topics, config)
     out, losses = [], []
     for ds in config.datasets.values():
+        try:  # a breaking schema change stops its dataset alone, before anything runs
+            check(config, ds)
+        except SchemaChangeError as e:
+            log.error("%s: %s", ds.name, e)
+            losses.append(f"{ds.name}: {e}")
+            continue
         if ds.topic not in topics:
             log.info("%s: topic %s does not exist yet; nothing to recompute", ds.name, ds.topic)
             continue
@@ -62,9 +69,10 @@ def batch_args(run_id: str) -> dict[str, list]:
 
 
 def fail_on_losses(losses: list[str]) -> None:
-    """Fail (no retry) naming each dataset that lost offsets, after the others ran."""
+    """Fail (no retry) naming each dataset that lost offsets (or whose conf changed its schema
+    in a way its tables cannot take), after the others ran."""
     if losses:
-        raise AirflowFailException("offsets lost before the batch layer read them (the other datasets ran):\n"
+        raise AirflowFailException("datasets that cannot continue until an operator acts (the other datasets ran):\n"
                                    + "\n".join(losses))
 
 
@@ -90,8 +98,11 @@ def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_backfill
 
+    from loglake.schemas import check
+
     config = or_fail(load_config)
     ds = or_fail(config.dataset, params["dataset"])
+    or_fail(check, config, ds)
     if ds.topic not in or_fail(list_topics, config):
         raise AirflowFailException(f"dataset: the topic {ds.topic} of {ds.name} does not exist on "
                                    f"{config.kafka.bootstrap_servers}: there is nothing to backfill")
