@@ -307,6 +307,42 @@ def cmd_accept_loss(config: Config, args) -> int:
     return 0
 
 
+def cmd_rebuild(config: Config, args) -> int:
+    """Make a damaged or deleted table again from the log (``spark_jobs/rebuild.py``)."""
+    from loglake.launch import run_job
+    from loglake.rebuild import batch_plan, check_layer, from_watermark
+    from loglake.streams import SpeedStream
+
+    ds = config.dataset(args.dataset)
+    layers = [args.layer] if args.layer else ["batch", "speed"] + (["latest"] if ds.tables.latest else [])
+    for layer in layers:
+        check_layer(ds, layer)
+    # What the log must still hold, checked before anything is stopped or moved.
+    if "batch" in layers:
+        print(batch_plan(config, ds).describe())
+    if {"speed", "latest"} & set(layers):
+        from_watermark(config, ds)
+    stream = SpeedStream(config, ds)
+    restart = bool({"speed", "latest"} & set(layers)) and stream.pid() is not None
+    if restart:
+        stream.stop()
+        print(f"speed {ds.name}: stopped for the rebuild")
+    try:
+        for layer in layers:
+            t0 = time.monotonic()
+            run_id = _run_id(f"rebuild-{layer}")
+            s = _succeeded("rebuild", ds, run_job(config, JobRequest("rebuild", ds.name, run_id=run_id, layer=layer)))
+            aside = f"; the old table set aside as {s['set_aside']}" if s.get("set_aside") else ""
+            print(f"rebuild {ds.name} {layer}: {s.get('records', 0)} rows from {s.get('offsets', 0)} offset(s) of the "
+                  f"log in {s['seconds']:.1f}s; {time.monotonic() - t0:.1f}s with JVM start; run {run_id}{aside}")
+    finally:
+        if restart:
+            pid, _new = stream.start()
+            print(f"speed {ds.name}: started again (pid {pid})")
+    _print_tables(config, ds)
+    return 0
+
+
 def cmd_diff(config: Config, args) -> int:
     """Batch against speed rows for one partition's offsets; explains, never fails on differences."""
     from loglake.diff import diff_range, format_diff
@@ -385,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--reason", help="why the loss is accepted (kept in the ledger with who and when)")
     al.add_argument("--dry-run", action="store_true", help="show what would be recorded")
 
+    rb = sub.add_parser("rebuild", help="make a damaged or deleted table again from the log (the old one is set "
+                                        "aside); refused when the log no longer holds what it needs")
+    rb.add_argument("dataset")
+    rb.add_argument("--layer", choices=["batch", "speed", "latest"],
+                    help="the table to rebuild (default: every table of the dataset)")
+
     df = sub.add_parser("diff", help="compare batch and speed rows of one partition's offsets [FROM, TO)")
     df.add_argument("dataset")
     df.add_argument("--partition", type=int, required=True)
@@ -454,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_logs(config)
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
-                   "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss,
+                   "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:

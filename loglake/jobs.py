@@ -19,7 +19,7 @@ from pathlib import Path
 from loglake.errors import ParamError, is_transient
 from loglake.planning import Plan
 
-JOBS = ("speed", "batch", "quality", "maintenance")
+JOBS = ("speed", "batch", "quality", "maintenance", "rebuild")
 SUMMARY_PREFIX = "loglake-summary: "
 # What each job needs besides the dataset.
 _NEEDS_PLAN = {"batch", "quality"}
@@ -30,8 +30,9 @@ class JobRequest:
     """One run of a Spark job: which job, on which dataset, with what.
 
     ``plan``: the offset ranges (batch, quality); ``run_id``: recorded in the ledger and
-    the record tables (batch, quality, maintenance); ``available_now`` and
-    ``progress_file``: the speed job; ``summary_file``: where the summary goes.
+    the record tables (batch, quality, maintenance, rebuild); ``available_now`` and
+    ``progress_file``: the speed job; ``layer``: the rebuild job's table; ``summary_file``:
+    where the summary goes.
     """
 
     job: str
@@ -41,6 +42,7 @@ class JobRequest:
     available_now: bool = False
     progress_file: str | None = None
     summary_file: str | None = None
+    layer: str | None = None  # rebuild: batch | speed | latest
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:
@@ -51,6 +53,8 @@ class JobRequest:
             raise ParamError("plan", f"the plan is for dataset {self.plan.dataset!r}, not {self.dataset!r}")
         if self.job == "quality" and not self.run_id:
             raise ParamError("run_id", "the quality job needs the batch job's run id (its ledger rows)")
+        if self.job == "rebuild" and (not self.layer or not self.run_id):
+            raise ParamError("layer", "the rebuild job needs a layer (batch, speed, latest) and a run id")
 
     def argv(self) -> list[str]:
         """The job's command-line arguments (what spark-submit passes after the application)."""
@@ -65,6 +69,8 @@ class JobRequest:
             out += ["--progress-file", str(self.progress_file)]
         if self.summary_file:
             out += ["--summary-file", str(self.summary_file)]
+        if self.layer:
+            out += ["--layer", self.layer]
         return out
 
     def with_summary_file(self, path: str | Path) -> "JobRequest":
@@ -80,12 +86,14 @@ class JobRequest:
         p.add_argument("--available-now", action="store_true")
         p.add_argument("--progress-file")
         p.add_argument("--summary-file")
+        p.add_argument("--layer")
         args = p.parse_args(list(argv))
         try:
             plan = Plan.from_json(args.plan) if args.plan else None
         except (ValueError, KeyError, TypeError) as e:
             raise ParamError("plan", f"not a plan (loglake.planning.Plan.to_json): {e}") from None
-        return cls(job, args.dataset, plan, args.run_id, args.available_now, args.progress_file, args.summary_file)
+        return cls(job, args.dataset, plan, args.run_id, args.available_now, args.progress_file, args.summary_file,
+                   args.layer)
 
 
 class _Parser(argparse.ArgumentParser):
