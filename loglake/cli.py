@@ -308,37 +308,11 @@ def cmd_accept_loss(config: Config, args) -> int:
 
 
 def cmd_rebuild(config: Config, args) -> int:
-    """Make a damaged or deleted table again from the log (``spark_jobs/rebuild.py``)."""
-    from loglake.launch import run_job
-    from loglake.rebuild import batch_plan, check_layer, from_watermark
-    from loglake.streams import SpeedStream
+    """Make a damaged or deleted table again from the log (``loglake.rebuild.run_rebuild``)."""
+    from loglake.rebuild import run_rebuild
 
     ds = config.dataset(args.dataset)
-    layers = [args.layer] if args.layer else ["batch", "speed"] + (["latest"] if ds.tables.latest else [])
-    for layer in layers:
-        check_layer(ds, layer)
-    # What the log must still hold, checked before anything is stopped or moved.
-    if "batch" in layers:
-        print(batch_plan(config, ds).describe())
-    if {"speed", "latest"} & set(layers):
-        from_watermark(config, ds)
-    stream = SpeedStream(config, ds)
-    restart = bool({"speed", "latest"} & set(layers)) and stream.pid() is not None
-    if restart:
-        stream.stop()
-        print(f"speed {ds.name}: stopped for the rebuild")
-    try:
-        for layer in layers:
-            t0 = time.monotonic()
-            run_id = _run_id(f"rebuild-{layer}")
-            s = _succeeded("rebuild", ds, run_job(config, JobRequest("rebuild", ds.name, run_id=run_id, layer=layer)))
-            aside = f"; the old table set aside as {s['set_aside']}" if s.get("set_aside") else ""
-            print(f"rebuild {ds.name} {layer}: {s.get('records', 0)} rows from {s.get('offsets', 0)} offset(s) of the "
-                  f"log in {s['seconds']:.1f}s; {time.monotonic() - t0:.1f}s with JVM start; run {run_id}{aside}")
-    finally:
-        if restart:
-            pid, _new = stream.start()
-            print(f"speed {ds.name}: started again (pid {pid})")
+    run_rebuild(config, ds, [args.layer] if args.layer else None, _run_id("rebuild"), say=print)
     _print_tables(config, ds)
     return 0
 

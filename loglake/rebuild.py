@@ -22,8 +22,11 @@ No Spark here: the CLI calls it to say what will happen, the job to do it.
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from loglake.config import Config, Dataset
-from loglake.errors import DataLossError, ParamError
+from loglake.errors import DataLossError, JobError, ParamError
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan
 
@@ -101,3 +104,46 @@ def from_watermark(config: Config, ds: Dataset) -> list[OffsetRange]:
                                 f"--partition {p} --reason TEXT records the loss; then rebuild)")
         ranges.append(OffsetRange(ds.topic, p, start, hi))
     return ranges
+
+
+def run_rebuild(config: Config, ds: Dataset, layers: list[str] | None, run_id: str,
+                say: Callable[[str], None] = print) -> list[dict]:
+    """Rebuild ``layers`` of ``ds`` (default: every table it has) as Spark jobs; the summaries.
+
+    What the log must hold is checked for every layer before anything is stopped or moved.
+    A speed or latest rebuild stops the dataset's background stream first and starts it
+    again after (also when the rebuild failed). ``say`` gets one line per step.
+    """
+    from loglake.jobs import JobRequest
+    from loglake.launch import run_job
+    from loglake.streams import SpeedStream
+
+    layers = layers or ["batch", "speed"] + (["latest"] if ds.tables.latest else [])
+    for layer in layers:
+        check_layer(ds, layer)
+    if "batch" in layers:
+        say(batch_plan(config, ds).describe())
+    if {"speed", "latest"} & set(layers):
+        from_watermark(config, ds)
+    stream = SpeedStream(config, ds)
+    restart = bool({"speed", "latest"} & set(layers)) and stream.pid() is not None
+    if restart:
+        stream.stop()
+        say(f"speed {ds.name}: stopped for the rebuild")
+    out = []
+    try:
+        for layer in layers:
+            t0 = time.monotonic()
+            outcome = run_job(config, JobRequest("rebuild", ds.name, run_id=f"{run_id}-{layer}", layer=layer))
+            if not outcome.ok:
+                raise JobError("rebuild", ds.name, outcome.code, outcome.summary, str(outcome.log))
+            s = outcome.summary
+            aside = f"; the old table set aside as {s['set_aside']}" if s.get("set_aside") else ""
+            say(f"rebuild {ds.name} {layer}: {s.get('records', 0)} rows from {s.get('offsets', 0)} offset(s) of the "
+                f"log in {s['seconds']:.1f}s; {time.monotonic() - t0:.1f}s with JVM start; run {run_id}-{layer}{aside}")
+            out.append(s)
+    finally:
+        if restart:
+            pid, _new = stream.start()
+            say(f"speed {ds.name}: started again (pid {pid})")
+    return out

@@ -92,6 +92,27 @@ def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -
     return lines
 
 
+def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
+    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.rebuild``)."""
+    from loglake.config import load_config
+    from loglake.rebuild import run_rebuild
+    from loglake.schemas import check
+
+    config = or_fail(load_config)
+    ds = or_fail(config.dataset, params["dataset"])
+    or_fail(check, config, ds)
+    layer = params.get("layer") or "all"
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        log.info("%s", line)
+        lines.append(line)
+
+    safe = run_id.replace("/", "-").replace(":", "-").replace("+", "-")
+    or_fail(run_rebuild, config, ds, None if layer == "all" else [layer], safe, say)
+    return lines
+
+
 def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     """Validate a backfill request (``plan_backfill``); a dry run only logs the plan."""
     from loglake.config import load_config

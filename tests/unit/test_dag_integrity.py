@@ -162,6 +162,18 @@ def test_the_dags_know_every_dataset_in_conf_from_the_environment(tmp_path, monk
     assert module.dag.params.get_param("dataset").schema["enum"] == names
 
 
+def test_rebuild_form_params_are_typed(dags):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = dags["loglake_rebuild"].params
+    assert set(params.keys()) == {"dataset", "layer"}
+    assert sorted(params.get_param("dataset").schema["enum"]) == ["company_ceos", "job_views"]
+    assert params.get_param("layer").resolve("latest") == "latest"
+    for bad in ("quarantine", "", None):
+        with pytest.raises(ParamValidationError):
+            params.get_param("layer").resolve(bad)
+
+
 def test_backfill_form_params_are_typed(dags):
     from airflow.sdk.exceptions import ParamValidationError
 
