@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -130,11 +131,19 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     query = loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
     assert (query.returncode, query.stdout, query.stderr) == (0, "n\n270\n", "")
 
+    # The batch table deleted by mistake: rebuilt from the log (a spark-submit job), published again.
+    shutil.rmtree(config.table_path(ds, "batch"))
+    rebuilt = loglake(config, "rebuild", "job_views", "--layer", "batch", timeout=600)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert "rebuild job_views batch: 270 rows from 300 offset(s) of the log" in rebuilt.stdout
+    from loglake.tables import open_table, query as delta_query
+    assert delta_query(open_table(config.table_path(ds, "batch")), "SELECT count(*) AS n FROM t")[0]["n"] == 270
+
     # The console held loglake's words only; the logs keep the rest.
-    for out in (r, again, query):
+    for out in (r, again, query, rebuilt):
         assert not noise(out.stdout + out.stderr), out.stdout + out.stderr
     jobs = sorted((config.home / "logs" / "jobs").glob("*.log"))
-    assert {p.name.split("-")[0] for p in jobs} == {"batch", "quality"}, jobs
+    assert {p.name.split("-")[0] for p in jobs} == {"batch", "quality", "rebuild"}, jobs
     assert all("incubator" in p.read_text() for p in jobs), jobs  # each spark-submit's JVM
     cli_log = (config.home / "logs" / "cli.log").read_text()
     assert "Using incubator modules" in cli_log  # the query's JVM
