@@ -46,6 +46,13 @@ import numpy as np
 from loglake.kafka_admin import end_offsets
 from soak.scenarios import Lab, Outcome, caught_up
 
+def writer_wait_seconds() -> float:
+    """How long a run may wait for the dataset's writer lease (``loglake.locks``)."""
+    from loglake.locks import DEFAULT_WAIT_SECONDS
+
+    return float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
+
+
 # One statement, so one snapshot: the registered views (``job_views``, ``quarantine.job_views``)
 # are pinned together by ``register_tables``. Per partition: the served rows (count, distinct
 # offsets, lowest, one past the highest), the distinct quarantined offsets below that, the
@@ -311,7 +318,9 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
             if at >= t0[0] + window or stop_jobs.wait(max(0.0, at - time.monotonic())):
                 break
             try:
-                run(kind, args, timeout=max(900.0, 4 * every))
+                # Its own work gets max(900 s, 4 ticks); waiting for the dataset's writer lease while
+                # the other kind holds it (the single-writer rule, up to its wait bound) is not its work.
+                run(kind, args, timeout=max(900.0, 4 * every) + writer_wait_seconds())
             except Exception as e:  # the scenario's own bookkeeping failed: say so, keep the schedule
                 note(kind, f"{kind} run at {time.monotonic() - t0[0]:.0f}s: {type(e).__name__}: {e}")
             nxt = int((time.monotonic() - t0[0]) // every) + 1
@@ -374,7 +383,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
         reader.start()
         time.sleep(max(0.0, t0[0] + window - time.monotonic()))
         for t in threads:  # no run starts after the window; the running ones finish, still under load
-            t.join(timeout=max(900.0, 4 * max(maintain_every, batch_every)) + 60)
+            t.join(timeout=max(900.0, 4 * max(maintain_every, batch_every)) + writer_wait_seconds() + 60)
         stop_ingest.set()
         producer.join(timeout=PRODUCE_CHUNK_SECONDS * 4 + 120)
         ends = end_offsets(config, ds.topic)
