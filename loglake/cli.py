@@ -317,6 +317,14 @@ def cmd_rebuild(config: Config, args) -> int:
     return 0
 
 
+def cmd_history(config: Config, args) -> int:
+    """A table's Delta history with loglake's meaning per version (delta-rs, no JVM)."""
+    from loglake.history import format_history, table_history
+
+    print("\n".join(format_history(args.table, table_history(config, args.table, args.limit))))
+    return 0
+
+
 def cmd_diff(config: Config, args) -> int:
     """Batch against speed rows for one partition's offsets; explains, never fails on differences."""
     from loglake.diff import diff_range, format_diff
@@ -401,6 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--layer", choices=["batch", "speed", "latest"],
                     help="the table to rebuild (default: every table of the dataset)")
 
+    hi = sub.add_parser("history", help="a table's Delta history, each version with what loglake did there")
+    hi.add_argument("table", help="as in queries: batch.job_views, speed.job_views, quarantine.job_views, ...")
+    hi.add_argument("--limit", type=int, default=20, help="the newest N versions (default 20)")
+
     df = sub.add_parser("diff", help="compare batch and speed rows of one partition's offsets [FROM, TO)")
     df.add_argument("dataset")
     df.add_argument("--partition", type=int, required=True)
@@ -471,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
+                   "history": cmd_history,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:

@@ -64,6 +64,36 @@ def _replace(df: DataFrame, path: str, predicate: str, pause=None) -> None:
     delta_io.replace_rows(df.sparkSession, df, path, predicate, pause)
 
 
+def _write(spark: SparkSession, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame, validated: DataFrame,
+           batch_path: str, quarantine_path: str, pause) -> dict:
+    """The batch run's writes: valid rows, then its quarantine; the observed counts."""
+    # The first write reads, validates and counts (per partition, for the ledger).
+    exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
+    observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
+                                          exact=exact)
+    valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
+    if ds.kind == "changelog":
+        state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+        state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
+        _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
+                 f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
+        n = observation.get
+    else:
+        # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
+        predicate = range_predicate(ranges)
+        _replace(valid, batch_path, predicate)
+        n = observation.get
+        where = f"_layer = 'batch' AND ({predicate})"
+        if n["quarantined"]:
+            bad = parse.validate(parse.bad_records(raw, n), ds)
+            _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
+        elif delta_io.table_exists(spark, quarantine_path):
+            delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
+        else:
+            delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+    return n
+
+
 def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str | None = None) -> dict:
     """Recompute ``plan``'s ranges; return a summary (records, quarantined, seconds)."""
     started = time.monotonic()
@@ -90,31 +120,11 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.
         validated = validated.persist()
+    meta = {"loglake_job": "batch", "loglake_run_id": run_id, "loglake_ranges": delta_io.ranges_text(ranges),
+            "loglake_schema_version": schema_version, "loglake_staged": staged}
     try:
-        # The first write reads, validates and counts (per partition, for the ledger).
-        exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
-        observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
-                                              exact=exact)
-        valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
-        if ds.kind == "changelog":
-            state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
-            state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
-            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
-                     f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
-            n = observation.get
-        else:
-            # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
-            predicate = range_predicate(ranges)
-            _replace(valid, batch_path, predicate)
-            n = observation.get
-            where = f"_layer = 'batch' AND ({predicate})"
-            if n["quarantined"]:
-                bad = parse.validate(parse.bad_records(raw, n), ds)
-                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
-            elif delta_io.table_exists(spark, quarantine_path):
-                delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
-            else:
-                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+        with delta_io.commit_metadata(spark, meta):
+            n = _write(spark, ds, ranges, raw, validated, batch_path, quarantine_path, pause)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()

@@ -164,6 +164,30 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     writer.save(path)
 
 
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@contextmanager
+def commit_metadata(spark: SparkSession, meta: dict):
+    """Every Delta commit inside the block records ``meta`` (JSON) as its ``userMetadata``:
+    which loglake job made it and for what (``loglake history`` reads it back). A write
+    that passes its own ``userMetadata`` option (a speed micro-batch) keeps that."""
+    before = spark.conf.get(_USER_METADATA, None)
+    spark.conf.set(_USER_METADATA, json.dumps(meta, sort_keys=True, default=str))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_USER_METADATA)
+        else:
+            spark.conf.set(_USER_METADATA, before)
+
+
+def ranges_text(ranges) -> str:
+    """``0:0-100 3:50-70``: offset ranges as commit metadata names them."""
+    return " ".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
+
+
 @contextmanager
 def idempotent_dml(spark: SparkSession, app_id: str, version: int):
     """Make the DML (MERGE, DELETE, UPDATE) inside the block idempotent for (app_id, version)."""

@@ -165,6 +165,21 @@ def record(spark: SparkSession, config: Config, ds: Dataset, rows: list[dict], r
     append(spark, config, MAINTENANCE_LOG, [{**r, "dataset": ds.name, "run_id": run_id} for r in rows])
 
 
+def _maintain(spark: SparkSession, config: Config, ds: Dataset, t: TableRef, marks: dict[int, int],
+              run_id: str) -> list[dict]:
+    """Expire (speed-side tables), optimize and vacuum one table; a record per operation."""
+    policy = ds.maintenance
+    rows = []
+    if policy.expire_speed and t.layer in EXPIRED_LAYERS:
+        # A DELETE on a table the stream appends to: the stream holds its appends meanwhile
+        # (loglake.locks: any append landing during the DELETE would fail it).
+        with appends_paused(config, ds.name, f"maintenance {run_id}: expire {t.name}") if marks else nullcontext():
+            rows.append(expire(spark, t, marks))
+    rows.append(optimize(spark, t, policy.zorder_by))
+    rows.append(vacuum(spark, config, t, policy))
+    return rows
+
+
 def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: str | None = None) -> dict:
     """Expire, optimize and vacuum the dataset's tables; record and return what was done."""
     started = time.monotonic()
@@ -174,13 +189,8 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
     marks = batch_watermarks(config, ds) if policy.expire_speed else {}
     rows = []
     for t in tables:
-        if policy.expire_speed and t.layer in EXPIRED_LAYERS:
-            # A DELETE on a table the stream appends to: the stream holds its appends meanwhile
-            # (loglake.locks: any append landing during the DELETE would fail it).
-            with appends_paused(config, ds.name, f"maintenance {run_id}: expire {t.name}") if marks else nullcontext():
-                rows.append(expire(spark, t, marks))
-        rows.append(optimize(spark, t, policy.zorder_by))
-        rows.append(vacuum(spark, config, t, policy))
+        with delta_io.commit_metadata(spark, {"loglake_job": "maintenance", "loglake_run_id": run_id}):
+            rows += _maintain(spark, config, ds, t, marks, run_id)
     record(spark, config, ds, rows, run_id)
     if any(r["version_after"] != r["version_before"] for r in rows if r["table"] in (ds.tables.batch, ds.tables.quarantine)):
         # Readers serve the batch side at the last recorded versions: move them to the compacted

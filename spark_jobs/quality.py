@@ -167,7 +167,10 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
         for o in outcomes], stamp="validated_at")
     if published:
         if staged:
-            swap_in(spark, config, ds, ranges, run_id)
+            with delta_io.commit_metadata(spark, {"loglake_job": "quality", "loglake_run_id": run_id,
+                                                  "loglake_step": "swap in the validated rows",
+                                                  "loglake_ranges": delta_io.ranges_text(ranges)}):
+                swap_in(spark, config, ds, ranges, run_id)
         publish(spark, config, ds, written)
     if staged:
         drop_staging(spark, config, ds, run_id)

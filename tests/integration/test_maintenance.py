@@ -3,13 +3,18 @@ writes, with queries beside it: the R4 scenario, tests/reliability/test_busy.py)
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
 from pyspark.sql import functions as F
 
 from loglake.config import load_config
+from loglake.errors import ParamError
+from loglake.history import table_history
 from loglake.kafka_admin import log_bounds
 from loglake.ledger import batch_watermarks
 from loglake.planning import plan_batch
@@ -99,6 +104,19 @@ def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
         assert r["version_after"] >= r["version_before"] and r["attempts"] == 1
     speed_expire = next(r for r in log if r["table"] == ds.tables.speed and r["operation"] == "expire")
     assert speed_expire["rows_deleted"] == speed_below and speed_expire["version_after"] > speed_expire["version_before"]
+
+    # `loglake history` says what each version is: micro-batches, the batch run, the publish, maintenance.
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    speed_history = subprocess.run([sys.executable, "-m", "loglake.cli", "history", "speed.job_views", "--limit", "50"],
+                                   capture_output=True, text=True, env=env, timeout=120)
+    assert speed_history.returncode == 0 and speed_history.stderr == "", speed_history.stderr
+    said = speed_history.stdout
+    assert "speed micro-batch 0 (schema v1)" in said and "maintenance expire (run expire-1)" in said, said
+    assert "maintenance optimize (run expire-1)" in said and "WRITE" in said and "DELETE" in said
+    batch = "\n".join(r["meaning"] for r in table_history(config, "batch.job_views"))
+    assert "batch run batch-1 wrote ranges 0:0-" in batch and "served from here on (published by run batch-1" in batch
+    with pytest.raises(ParamError, match="unknown table 'batch.nope'; known tables: batch.company_ceos"):
+        table_history(config, "batch.nope")
 
     # Batch catches up with the log end, so expiry leaves no speed row at all. A lost
     # checkpoint then resumes at the watermark instead of replaying the log from the start.
