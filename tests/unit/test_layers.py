@@ -58,7 +58,10 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*up, base] if base else up)
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+                targets = [f"{base}.{a.name}" for a in node.names]
+                # ``from pkg import module`` depends on the module, not on what pkg/__init__ defines.
+                if not all(t in modules for t in targets):
+                    targets.append(base)
             for t in targets:
                 found = _resolve(t, modules)
                 if found and found != mod:
