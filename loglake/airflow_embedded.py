@@ -362,13 +362,27 @@ class EmbeddedAirflow:
             comps[c] = {"pid": pid, "alive": pid is not None, "health": state.get("status")}
         return {"url": self.url, "components": comps, "healthy": _all_healthy(health), "health": health}
 
-    def token(self) -> str:
-        """A REST API bearer token for the admin user (``POST /auth/token``)."""
+    def token(self, wait: float = 120.0) -> str:
+        """A REST API bearer token for the admin user (``POST /auth/token``).
+
+        A loaded machine can leave the api-server silent for longer than one read's timeout
+        (CI saw a 10-s read time out while a batch run's JVMs started), so a timed-out or
+        refused attempt is tried again until ``wait`` seconds have passed.
+        """
         body = json.dumps({"username": ADMIN_USER, "password": self.password()}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/auth/token", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())["access_token"]
+        deadline = time.monotonic() + wait
+        while True:
+            req = urllib.request.Request(f"http://127.0.0.1:{self.port}/auth/token", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return json.loads(r.read())["access_token"]
+            except urllib.error.HTTPError:
+                raise
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(2)
 
 
 # Component → its entry in the health answer and that entry's heartbeat field.

@@ -69,7 +69,7 @@ def rest(af: EmbeddedAirflow, path: str, token: str, body: dict | None = None) -
     req = urllib.request.Request(f"http://127.0.0.1:{af.port}{path}", method="POST" if body is not None else "GET",
                                  data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
 
 
