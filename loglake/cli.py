@@ -225,17 +225,21 @@ def cmd_query(config: Config, args) -> int:
             first = str(e).strip().splitlines()[0]
             raise LoglakeError(f"{first}\n  tables{' as of ' + args.as_of if args.as_of else ''}: "
                                f"{', '.join(names) or 'none yet'}") from None
-        pdf = df.limit(args.limit).toPandas() if args.limit else df.toPandas()
-        if args.format == "csv":
-            print(pdf.to_csv(index=False), end="")
-        elif args.format == "json":
-            print(pdf.to_json(orient="records", lines=True, date_format="iso"), end="")
-        else:
-            print(pdf.to_string(index=False) if len(pdf) else "(no rows)")
-            print(f"({len(pdf)} row{'s' if len(pdf) != 1 else ''})")
+        print(render_rows(df.limit(args.limit).toPandas() if args.limit else df.toPandas(), args.format), end="")
     finally:
         spark.stop()
     return 0
+
+
+def render_rows(pdf, fmt: str) -> str:
+    """A query's rows as ``loglake query`` prints them: csv (a header line), json (one
+    object per line, ISO timestamps) or a table with its row count."""
+    if fmt == "csv":
+        return pdf.to_csv(index=False)
+    if fmt == "json":
+        return pdf.to_json(orient="records", lines=True, date_format="iso")
+    body = pdf.to_string(index=False) if len(pdf) else "(no rows)"
+    return f"{body}\n({len(pdf)} row{'s' if len(pdf) != 1 else ''})\n"
 
 
 def cmd_maintain(config: Config, args) -> int:
@@ -314,6 +318,17 @@ def cmd_rebuild(config: Config, args) -> int:
     ds = config.dataset(args.dataset)
     run_rebuild(config, ds, [args.layer] if args.layer else None, _run_id("rebuild"), say=print)
     _print_tables(config, ds)
+    return 0
+
+
+def cmd_replay(config: Config, args) -> int:
+    """Move the quarantined records the current config accepts into their layer (``loglake.replay``)."""
+    from loglake.replay import run_replay
+
+    ds = config.dataset(args.dataset)
+    run_replay(config, ds, _run_id("replay"), args.reason_code, args.dry_run, say=print)
+    if not args.dry_run:
+        _print_tables(config, ds)
     return 0
 
 
@@ -409,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--layer", choices=["batch", "speed", "latest"],
                     help="the table to rebuild (default: every table of the dataset)")
 
+    rp = sub.add_parser("replay", help="re-validate the quarantined records (both layers) under the current config "
+                                       "and move the ones now valid into their table, exactly once")
+    rp.add_argument("dataset")
+    rp.add_argument("--reason-code", help="only records quarantined for this reason (e.g. out_of_domain)")
+    rp.add_argument("--dry-run", action="store_true", help="count what would move and what stays; write nothing")
+
     hi = sub.add_parser("history", help="a table's Delta history, each version with what loglake did there")
     hi.add_argument("table", help="as in queries: batch.job_views, speed.job_views, quarantine.job_views, ...")
     hi.add_argument("--limit", type=int, default=20, help="the newest N versions (default 20)")
@@ -483,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
-                   "history": cmd_history,
+                   "history": cmd_history, "replay": cmd_replay,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]
         return handler(config, args)
     except LoglakeError as e:

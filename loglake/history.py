@@ -111,6 +111,9 @@ def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict
     elif job == "quality":
         parts.append(f"quality gate of run {meta.get('loglake_run_id')}: validated rows of {meta.get('loglake_ranges')} "
                      "swapped in")
+    elif job == "replay":
+        parts.append(f"replay {meta.get('loglake_run_id')}: quarantined records the current config accepts moved "
+                     "in (or out of the quarantine)")
     elif job in ("maintenance", "rebuild") and not parts:
         parts.append(f"{job} run {meta.get('loglake_run_id')}")
     ops = [m for m in maintenance if m["version_before"] is not None and m["version_after"] is not None

@@ -19,7 +19,7 @@ from pathlib import Path
 from loglake.errors import ParamError, is_transient
 from loglake.planning import Plan
 
-JOBS = ("speed", "batch", "quality", "maintenance", "rebuild")
+JOBS = ("speed", "batch", "quality", "maintenance", "rebuild", "replay")
 SUMMARY_PREFIX = "loglake-summary: "
 # What each job needs besides the dataset.
 _NEEDS_PLAN = {"batch", "quality"}
@@ -31,8 +31,8 @@ class JobRequest:
 
     ``plan``: the offset ranges (batch, quality); ``run_id``: recorded in the ledger and
     the record tables (batch, quality, maintenance, rebuild); ``available_now`` and
-    ``progress_file``: the speed job; ``layer``: the rebuild job's table; ``summary_file``:
-    where the summary goes.
+    ``progress_file``: the speed job; ``layer``: the rebuild job's table; ``reason_code`` and
+    ``dry_run``: the replay job's; ``summary_file``: where the summary goes.
     """
 
     job: str
@@ -43,6 +43,8 @@ class JobRequest:
     progress_file: str | None = None
     summary_file: str | None = None
     layer: str | None = None  # rebuild: batch | speed | latest
+    reason_code: str | None = None  # replay: only the records quarantined for this reason
+    dry_run: bool = False  # replay: count, write nothing
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:
@@ -55,6 +57,8 @@ class JobRequest:
             raise ParamError("run_id", "the quality job needs the batch job's run id (its ledger rows)")
         if self.job == "rebuild" and (not self.layer or not self.run_id):
             raise ParamError("layer", "the rebuild job needs a layer (batch, speed, latest) and a run id")
+        if self.job == "replay" and not self.run_id:
+            raise ParamError("run_id", "the replay job needs a run id (its batch ranges are recorded under it)")
 
     def argv(self) -> list[str]:
         """The job's command-line arguments (what spark-submit passes after the application)."""
@@ -71,6 +75,10 @@ class JobRequest:
             out += ["--summary-file", str(self.summary_file)]
         if self.layer:
             out += ["--layer", self.layer]
+        if self.reason_code:
+            out += ["--reason-code", self.reason_code]
+        if self.dry_run:
+            out.append("--dry-run")
         return out
 
     def with_summary_file(self, path: str | Path) -> "JobRequest":
@@ -87,13 +95,15 @@ class JobRequest:
         p.add_argument("--progress-file")
         p.add_argument("--summary-file")
         p.add_argument("--layer")
+        p.add_argument("--reason-code")
+        p.add_argument("--dry-run", action="store_true")
         args = p.parse_args(list(argv))
         try:
             plan = Plan.from_json(args.plan) if args.plan else None
         except (ValueError, KeyError, TypeError) as e:
             raise ParamError("plan", f"not a plan (loglake.planning.Plan.to_json): {e}") from None
         return cls(job, args.dataset, plan, args.run_id, args.available_now, args.progress_file, args.summary_file,
-                   args.layer)
+                   args.layer, args.reason_code, args.dry_run)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,7 +22,7 @@ from loglake.schemas import check as check_schema
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
 # stream appends beside them.
-WRITERS = ("batch", "quality", "maintenance", "rebuild")
+WRITERS = ("batch", "quality", "maintenance", "rebuild", "replay")
 
 
 def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:

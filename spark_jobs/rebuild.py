@@ -81,7 +81,9 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
     batch_version = snap.version("batch")
     if batch_version is not None:
         state = spark.read.format("delta").option("versionAsOf", batch_version).load(config.table_path(ds, "batch"))
-        state.write.format("delta").mode("overwrite").save(path)
+        with delta_io.commit_metadata(spark, {"loglake_job": "rebuild", "loglake_run_id": run_id,
+                                              "loglake_from_batch_version": batch_version}):
+            state.write.format("delta").mode("overwrite").save(path)
     changes = None
     if ranges:
         changes = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)

@@ -86,6 +86,8 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
             pinned = snap.version(layer) if snap is not None else (version if table_exists(spark, path) else None)
             if pinned is None:  # no table (yet, or at that time)
                 continue
+            if snap is None:
+                check_version(name, path, pinned)
             spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}` VERSION AS OF {pinned}")
             present[layer] = name
             names.append(name)
@@ -101,6 +103,22 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
         spark.sql(f"CREATE OR REPLACE TEMP VIEW `{ds.name}` AS {sql}")
         names.append(ds.name)
     return names
+
+
+def check_version(name: str, path: str, version: int) -> None:
+    """A Delta version ``--as-of`` asks of a table that lacks it: a ParamError naming the
+    table and the versions it has (not Spark's time-travel exception)."""
+    from loglake.tables import open_table
+
+    try:
+        open_table(path, version)
+        return
+    except Exception:  # deltalake: the version is past the newest or its log was cleaned up
+        pass
+    newest = open_table(path)
+    have = f"its newest is {newest.version()}" if newest is not None else "it has none"
+    raise ParamError("--as-of", f"version {version} of {name} does not exist ({have}; versions are per table: "
+                     f"`loglake history {name}` lists them, and a timestamp reads every table at one point)")
 
 
 def aligned_sides(spark: SparkSession, tables: dict[str, str | None]) -> tuple[dict[str, str | None], list[str]]:

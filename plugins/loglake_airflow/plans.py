@@ -92,24 +92,47 @@ def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -
     return lines
 
 
-def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
-    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.rebuild``)."""
+def _checked_dataset(params: Mapping[str, Any]):
+    """The config and the form's dataset, its schema checked (a breaking change fails the task)."""
     from loglake.config import load_config
-    from loglake.rebuild import run_rebuild
     from loglake.schemas import check
 
     config = or_fail(load_config)
     ds = or_fail(config.dataset, params["dataset"])
     or_fail(check, config, ds)
-    layer = params.get("layer") or "all"
-    lines: list[str] = []
+    return config, ds
 
+
+def _logged(lines: list[str]):
     def say(line: str) -> None:
         log.info("%s", line)
         lines.append(line)
+    return say
 
-    safe = run_id.replace("/", "-").replace(":", "-").replace("+", "-")
-    or_fail(run_rebuild, config, ds, None if layer == "all" else [layer], safe, say)
+
+def _safe(run_id: str) -> str:
+    return run_id.replace("/", "-").replace(":", "-").replace("+", "-")
+
+
+def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
+    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.rebuild``)."""
+    from loglake.rebuild import run_rebuild
+
+    config, ds = _checked_dataset(params)
+    layer = params.get("layer") or "all"
+    lines: list[str] = []
+    or_fail(run_rebuild, config, ds, None if layer == "all" else [layer], _safe(run_id), _logged(lines))
+    return lines
+
+
+def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
+    """The loglake_replay DAG's task: ``loglake replay DATASET [--reason-code C] [--dry-run]``."""
+    from loglake.replay import run_replay
+
+    config, ds = _checked_dataset(params)
+    lines: list[str] = []
+    or_fail(run_replay, config, ds, _safe(run_id), params.get("reason_code") or None,
+            bool(params.get("dry_run")), _logged(lines))
     return lines
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance", "loglake_accept_loss", "loglake_rebuild")
+DAG_IDS = ("loglake_batch", "loglake_backfill", "loglake_maintenance", "loglake_accept_loss", "loglake_rebuild",
+           "loglake_replay")
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1a202c; }

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
 import pytest
 
 from loglake.errors import ParamError
@@ -9,6 +16,7 @@ from loglake.planning import plan_batch
 from loglake.produce import produce
 from loglake.tables import snapshot
 from spark_jobs.pipeline import recompute_and_publish
+from loglake.cli import render_rows
 from spark_jobs.serving import query
 
 pytestmark = pytest.mark.integration
@@ -68,3 +76,49 @@ def test_reads_pass(spark, lake):
     before = snapshot(path).version
     assert query(spark, config, f"EXPLAIN DELETE FROM delta.`{path}`").count() == 1
     assert snapshot(path).version == before  # explained, not run
+
+
+def count(spark, config, sql: str, as_of: str | None = None) -> int:
+    return query(spark, config, sql, as_of).first()[0]
+
+
+def test_as_of_a_version_or_a_timestamp_and_the_output_formats(spark, lake):
+    config, ds = lake
+    first = count(spark, config, "SELECT count(*) FROM job_views")
+    time.sleep(1.5)  # Delta commit timestamps are in milliseconds: a clear point between the two runs
+    between = datetime.now(timezone.utc).isoformat()
+    time.sleep(1.5)
+    produce(config, ds, 100, seed=82)
+    recompute_and_publish(spark, config, ds, plan_batch(config, ds), "q2")
+    now = count(spark, config, "SELECT count(*) FROM job_views")
+    assert now > first
+
+    # A raw table as of a Delta version; every table and serving view as of a timestamp.
+    assert count(spark, config, "SELECT count(*) FROM batch.job_views", "0") == first
+    assert count(spark, config, "SELECT count(*) FROM job_views", between) == first
+    assert count(spark, config, "SELECT count(*) FROM batch.job_views", between) == first
+    assert count(spark, config, "SELECT count(*) FROM job_views") == now  # no --as-of: the newest point
+
+    # A version some table lacks: a clear error naming the table and what it has.
+    newest = snapshot(config.table_path(ds, "batch")).version
+    with pytest.raises(ParamError) as e:
+        query(spark, config, "SELECT count(*) FROM batch.job_views", "999")
+    assert e.value.field == "--as-of"
+    assert f"version 999 of batch.job_views does not exist (its newest is {newest};" in str(e.value)
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    r = subprocess.run([sys.executable, "-m", "loglake.cli", "query", "SELECT * FROM batch.job_views",
+                        "--as-of", "999"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.startswith("loglake: error: --as-of: version 999 of batch.job_views does not exist"), r.stderr
+    assert "Traceback" not in r.stderr and "WARN" not in r.stderr
+
+    # csv (a header line), json (one object per line), a table with its row count.
+    df = query(spark, config, "SELECT _partition, _offset, viewed_at, source FROM job_views ORDER BY 1, 2 LIMIT 5")
+    pdf = df.toPandas()
+    csv = render_rows(pdf, "csv").splitlines()
+    assert csv[0] == "_partition,_offset,viewed_at,source" and len(csv) == 6
+    rows = [json.loads(line) for line in render_rows(pdf, "json").splitlines()]
+    assert [(r["_partition"], r["_offset"]) for r in rows] == [(r[0], r[1]) for r in df.collect()]
+    assert rows[0]["viewed_at"].endswith("Z") or "T" in rows[0]["viewed_at"]
+    assert render_rows(pdf, "table").endswith("(5 rows)\n")
+    assert render_rows(pdf.head(0), "table") == "(no rows)\n(0 rows)\n"

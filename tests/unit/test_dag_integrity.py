@@ -174,6 +174,22 @@ def test_rebuild_form_params_are_typed(dags):
             params.get_param("layer").resolve(bad)
 
 
+def test_replay_form_params_are_typed(dags):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = dags["loglake_replay"].params
+    assert set(params.keys()) == {"dataset", "reason_code", "dry_run"}
+    assert sorted(params.get_param("dataset").schema["enum"]) == ["company_ceos", "job_views"]
+    assert params.get_param("reason_code").resolve("out_of_domain") == "out_of_domain"
+    assert params.get_param("reason_code").resolve(None) is None  # every reason
+    for bad in ("Out Of Domain", "x; rm -rf /"):
+        with pytest.raises(ParamValidationError):
+            params.get_param("reason_code").resolve(bad)
+    assert params.get_param("dry_run").resolve(True) is True
+    with pytest.raises(ParamValidationError):
+        params.get_param("dry_run").resolve("yes")
+
+
 def test_backfill_form_params_are_typed(dags):
     from airflow.sdk.exceptions import ParamValidationError
 

@@ -22,7 +22,9 @@ PLAN = Plan("job_views", (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7))
     JobRequest("speed", "job_views", available_now=True, progress_file="/x/p.json"),
     JobRequest("maintenance", "company_ceos", run_id="m"),
     JobRequest("rebuild", "company_ceos", run_id="r", layer="latest"),
-], ids=["batch", "quality", "speed", "maintenance", "rebuild"])
+    JobRequest("replay", "job_views", run_id="r", reason_code="out_of_domain", dry_run=True),
+    JobRequest("replay", "job_views", run_id="r"),
+], ids=["batch", "quality", "speed", "maintenance", "rebuild", "replay-dry", "replay"])
 def test_a_request_round_trips_through_its_arguments(request_):
     assert JobRequest.parse(request_.job, request_.argv()) == request_
 
@@ -33,10 +35,11 @@ def test_a_request_round_trips_through_its_arguments(request_):
     (lambda: JobRequest("batch", "company_ceos", PLAN), "plan"),
     (lambda: JobRequest("quality", "job_views", PLAN), "run_id"),
     (lambda: JobRequest("rebuild", "job_views", run_id="r"), "layer"),
+    (lambda: JobRequest("replay", "job_views"), "run_id"),
     (lambda: JobRequest.parse("batch", ["--plan", PLAN.to_json()]), "arguments"),
     (lambda: JobRequest.parse("batch", ["--dataset", "job_views", "--plan", "{not json"]), "plan"),
 ], ids=["unknown-job", "no-plan", "plan-of-another-dataset", "quality-without-run", "rebuild-without-layer",
-        "no-dataset", "bad-plan"])
+        "replay-without-run", "no-dataset", "bad-plan"])
 def test_bad_requests_name_the_field(make, field):
     with pytest.raises(ParamError) as e:
         make()
