@@ -29,7 +29,7 @@ SCENARIOS = {
            {"records": 5000, "kills": 1, "stops": 1, "down": (2.0, 5.0)}),
     "R3": ("soak.scenarios:retention_loss", {"records": 300_000}, {"records": 900}),
     "R4": ("soak.busy:busy_platform", {"minutes": 30, "maintain_every": 120, "batch_every": 300, "rate": 500},
-           {"minutes": 0.5, "maintain_every": 20, "batch_every": 10, "rate": 100, "query_pause": 4.0}),
+           {"minutes": 0.5, "maintain_every": 20, "batch_every": 10, "rate": 100, "query_pause": 6.0}),
     "R5": ("soak.scenarios:malformed_kinds", {"records": 500_000, "per_kind": 5000, "flood": 10_000_000},
            {"records": 3000, "per_kind": 25}),
     "R6": ("soak.scenarios:recompute_killed", {"records": 1_000_000}, {"records": 3000}),

@@ -14,7 +14,7 @@ from soak.scenarios import Lab
 pytestmark = pytest.mark.reliability
 
 # soak/run.py's CI scale: a batch run at 10 s, maintenance at 20 s (it waits for the batch run's
-# lease); the reader pauses 2 s between queries, as four JVMs share the two cores here.
+# lease); the reader pauses 6 s between queries, as four JVMs share the two cores here.
 SMALL = SCENARIOS["R4"][2]
 
 
