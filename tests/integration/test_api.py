@@ -27,7 +27,8 @@ def test_connect_sql_and_arrow_agree_and_views_stay_exact(spark, make_config):
     config = make_config(topic_suffix="api")
     jv, ceos = config.dataset("job_views"), config.dataset("company_ceos")
     fill(spark, config, jv, 41)
-    fill(spark, config, ceos, 43)
+    produce(config, ceos, 200, seed=43, bad_fraction=0.02)  # a changelog served from its speed side only
+    run_speed(spark, config, ceos, available_now=True)
     lake = loglake.connect(config.conf_dir, home=config.home, spark=spark)
     assert "job_views" in lake.tables() and "batch.job_views" in lake.tables()
 

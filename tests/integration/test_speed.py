@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from pyspark.sql import functions as F
 
 from loglake.kafka_admin import group_offsets, log_bounds
-from loglake.launch import job_env
-from loglake.processes import Managed, wait_for
 from loglake.produce import produce
 from spark_jobs.speed import run_speed
 
@@ -84,38 +80,6 @@ def test_lost_checkpoint_resumes_after_landed_offsets(spark, make_config):
     second = produce(config, ds, 100, bad_fraction=0.05, seed=22)
     run_speed(spark, config, ds, available_now=True)
     assert_exactly_once(spark, config, ds, first.good + second.good, first.bad + second.bad)
-
-
-def test_sigkill_mid_stream_then_restart_is_exact(spark, make_config):
-    from loglake.launch import spark_submit
-    from loglake.streams import SpeedStream
-
-    # Small micro-batches so the kill lands while batches are being written.
-    config = make_config(speed={"max_offsets_per_trigger": 200, "trigger_interval": "100 milliseconds"})
-    ds = config.dataset("job_views")
-    res = produce(config, ds, 5_000, bad_fraction=0.05, seed=31)
-    proc = Managed(config.home, "speed-job_views")
-    proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
-    speed_log = Path(config.table_path(ds, "speed")) / "_delta_log"
-
-    def some_batches_committed():
-        commits = list(speed_log.glob("*.json")) if speed_log.exists() else []
-        return len(commits) >= 4
-
-    try:
-        wait_for(some_batches_committed, 180, "the stream to commit a few batches", log=proc)
-        proc.kill()  # SIGKILL: no shutdown hooks, no chance to finish the batch
-        wait_for(lambda: proc.pid() is None, 30, "the killed stream to be gone")
-    finally:
-        proc.stop(timeout=5)
-    partial = read(spark, config, ds, "speed").count()
-    assert 0 < partial < res.good, "the kill must land mid-stream for this test to mean anything"
-
-    # The restart may take bigger bites: the batch in flight is replayed from its logged offsets.
-    bigger = config.replace(profile=config.profile.model_copy(update={
-        "speed": config.profile.speed.model_copy(update={"max_offsets_per_trigger": 100_000})}))
-    run_speed(spark, bigger, ds, available_now=True)
-    assert_exactly_once(spark, config, ds, res.good, res.bad)
 
 
 def test_changelog_latest_state_equals_last_value_per_key(spark, make_config):
