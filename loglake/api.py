@@ -51,12 +51,10 @@ class Lake:
 
     def tables(self) -> list[str]:
         """The names ``sql`` and ``arrow`` know: each dataset's tables and serving view."""
-        out = []
-        for ds in self.config.datasets.values():
-            out += [getattr(ds.tables, layer) for layer in ("speed", "batch", "quarantine", "latest")
-                    if getattr(ds.tables, layer)]
-            out.append(ds.name)
-        return sorted(out)
+        from loglake.tables import dataset_tables
+
+        return sorted([ds.name for ds in self.config.datasets.values()]
+                      + [t.name for ds in self.config.datasets.values() for t in dataset_tables(self.config, ds)])
 
     def arrow(self, name: str):
         """A raw table or a dataset's serving view as a ``pyarrow.Table``, read with delta-rs

@@ -36,12 +36,14 @@ def _run(tables: dict, sql: str):
 
 def _find(config: Config, name: str) -> tuple[Dataset, str | None]:
     """The dataset ``name`` belongs to and its layer (None: the dataset's serving view)."""
+    from loglake.tables import dataset_tables
+
     for ds in config.datasets.values():
         if name == ds.name:
             return ds, None
-        for layer in ("speed", "batch", "quarantine", "latest"):
-            if getattr(ds.tables, layer) == name:
-                return ds, layer
+        for t in dataset_tables(config, ds):
+            if t.name == name:
+                return ds, t.layer
     raise KeyError(name)
 
 
@@ -63,7 +65,7 @@ def read(config: Config, name: str):
 def serving_view(config: Config, ds: Dataset, snap):
     from loglake.kafka_admin import log_bounds
     from loglake.tables import open_table
-    from spark_jobs.serving import changelog_view_sql, events_view_sql
+    from spark_jobs.serving import changelog_view_sql, events_view_sql, null_filled
 
     tables = {}
     for side, layer in (("b", "batch"), ("s", "speed")):
@@ -72,24 +74,12 @@ def serving_view(config: Config, ds: Dataset, snap):
             tables[side] = open_table(config.table_path(ds, layer), version)
     if not tables:
         raise FileNotFoundError(f"dataset {ds.name} has no speed or batch table yet")
-    schemas = {side: {f.name: getattr(f.type, "type", str(f.type)) for f in t.schema().fields}
-               for side, t in tables.items()}
-    columns: dict[str, str] = {}
-    for schema in schemas.values():
-        for c, t in schema.items():
-            if c != "_deleted":
-                columns.setdefault(c, t)
-    sides = {}
-    for side in ("b", "s"):
-        if side not in tables:
-            sides[side] = None
-            continue
-        missing = [f"CAST(NULL AS {_SQL.get(t, 'VARCHAR')}) AS `{c}`" for c, t in columns.items()
-                   if c not in schemas[side]]
-        sides[side] = f"(SELECT *, {', '.join(missing)} FROM {side})" if missing else side
+    sides, columns = null_filled({side: (side, {f.name: _SQL.get(getattr(f.type, "type", str(f.type)), "VARCHAR")
+                                                for f in tables[side].schema().fields})
+                                  if side in tables else None for side in ("b", "s")})
     marks = snap.watermarks({p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()})
     if ds.kind == "changelog":
-        sql = changelog_view_sql(sides["b"], sides["s"], marks, ds.key, list(columns))
+        sql = changelog_view_sql(sides["b"], sides["s"], marks, ds.key, columns)
     else:
-        sql = events_view_sql(sides["b"], sides["s"], marks, list(columns))
+        sql = events_view_sql(sides["b"], sides["s"], marks, columns)
     return _run(tables, sql)

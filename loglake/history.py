@@ -36,12 +36,10 @@ class Resolved:
 
 def resolve(config: Config, table: str) -> Resolved:
     """The dataset table named ``table`` as in queries (``batch.job_views``, ``speed.company_ceos_latest``)."""
-    known = {}
-    for ds in config.datasets.values():
-        for layer in ("speed", "batch", "quarantine", "latest"):
-            name = getattr(ds.tables, layer)
-            if name:
-                known[name] = Resolved(ds, layer, name, config.table_path(ds, layer))
+    from loglake.tables import dataset_tables
+
+    known = {t.name: Resolved(ds, t.layer, t.name, t.path)
+             for ds in config.datasets.values() for t in dataset_tables(config, ds)}
     if table not in known:
         raise ParamError("table", f"unknown table {table!r}; known tables: {', '.join(sorted(known))}")
     return known[table]

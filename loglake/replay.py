@@ -20,14 +20,11 @@ def _counts(counts: dict[str, int]) -> str:
 
 def moved_and_stay(summary: dict, layer: str) -> tuple[dict[str, int], dict[str, int]]:
     """By reason: the records of ``layer`` that moved (would move, in a dry run) and those that stay."""
-    before = summary[layer]
-    if summary.get("dry_run") or layer == "speed" or "batch_after" not in summary:
-        return dict(before["valid"]), dict(before["invalid"])
-    after = summary["batch_after"]  # a gate that failed swapped nothing in: its records stay
-    moved = {c: n - after["valid"].get(c, 0) for c, n in before["valid"].items()}
-    stay = {c: after["invalid"].get(c, 0) + after["valid"].get(c, 0)
-            for c in set(after["invalid"]) | set(after["valid"])}
-    return {c: n for c, n in moved.items() if n}, {c: n for c, n in stay.items() if n}
+    valid, invalid = dict(summary[layer]["valid"]), dict(summary[layer]["invalid"])
+    if layer == "batch" and not summary.get("dry_run") and summary.get("batch_published") is False:
+        # A gate that refused the recompute swapped nothing in: every record stays.
+        return {}, {c: valid.get(c, 0) + invalid.get(c, 0) for c in valid.keys() | invalid.keys()}
+    return valid, invalid
 
 
 def replay_lines(summary: dict) -> list[str]:

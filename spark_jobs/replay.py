@@ -35,7 +35,6 @@ from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset
 from loglake.jobs import JobRequest
-from loglake.ledger import batch_watermarks
 from loglake.locks import appends_paused
 from loglake.offsets import OffsetRange
 from loglake.planning import Plan, plan_batch
@@ -92,12 +91,10 @@ def _ranges(valid: DataFrame, topic: str) -> list[OffsetRange]:
     return [OffsetRange(topic, r["_partition"], r["lo"], r["hi"] + 1) for r in rows]
 
 
-def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: DataFrame | None, run_id: str) -> None:
+def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: DataFrame, run_id: str) -> None:
     """Move the now-valid speed-quarantined rows into the speed table (and a changelog's latest state)."""
     from delta.tables import DeltaTable
 
-    if checked is None:
-        return
     moved = checked.where(F.col("_reason").isNull())
     version = evolution.prepare(spark, config, ds, ("speed",))
     speed_path = config.table_path(ds, "speed")
@@ -172,8 +169,7 @@ def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason
         check_retained(config, list(plan.ranges))  # a data-loss error here: nothing was moved
     out = {"dataset": ds.name, "run_id": run_id, "reason_code": reason_code, "dry_run": dry_run,
            "speed": by_reason(speed), "batch": by_reason(batch),
-           "batch_ranges": [] if plan is None else [str(r) for r in plan.ranges],
-           "watermarks": batch_watermarks(config, ds)}
+           "batch_ranges": [] if plan is None else [str(r) for r in plan.ranges]}
     if not dry_run:
         if any(out["speed"]["valid"].values()):
             replay_speed(spark, config, ds, speed, run_id)
@@ -181,14 +177,12 @@ def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason
             summary = recompute_and_publish(spark, config, ds, plan, run_id)
             out["batch_published"] = bool(summary["quality"].get("published"))
             out["quality"] = {k: summary["quality"].get(k) for k in ("published", "failed", "warned")}
-            # What the recompute left quarantined in those ranges (a failed gate: all of it).
-            out["batch_after"] = by_reason(revalidated(spark, config, ds, "batch", reason_code))
     out["seconds"] = round(time.monotonic() - started, 3)
     return out
 
 
 def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
-    return replay(spark, config, ds, request.run_id or "replay", request.reason_code, request.dry_run)
+    return replay(spark, config, ds, request.run_id, request.reason_code, request.dry_run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,21 +126,29 @@ def aligned_sides(spark: SparkSession, tables: dict[str, str | None]) -> tuple[d
     ``_deleted`` apart — and, per side, what to read: the table's name, or when it lacks
     some of those columns (a field the schema added that one table has not received yet,
     ``loglake.schemas``) a subquery giving them as typed nulls."""
-    schemas = {side: spark.table(name).schema for side, name in tables.items() if name}
+    return null_filled({side: (name, {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields})
+                        if name else None for side, name in tables.items()})
+
+
+def null_filled(sides: Mapping[str, tuple[str, dict[str, str]] | None]) -> tuple[dict[str, str | None], list[str]]:
+    """Every column of either side (the first side's order first), ``_deleted`` apart, and per
+    side what to read: its name, or a subquery giving the columns it lacks as typed nulls.
+    ``sides``: side → (name, {column: SQL type}), or None for a side with no table. Plain
+    strings: the Arrow views (``loglake.arrow_views``) use it too."""
     columns: dict[str, str] = {}
-    for schema in schemas.values():
-        for f in schema.fields:
-            if f.name != "_deleted" and f.name not in columns:
-                columns[f.name] = f.dataType.simpleString()
-    sides: dict[str, str | None] = {}
-    for side, name in tables.items():
-        if not name:
-            sides[side] = None
+    for side in sides.values():
+        for c, t in (side[1] if side else {}).items():
+            if c != "_deleted":
+                columns.setdefault(c, t)
+    out: dict[str, str | None] = {}
+    for key, side in sides.items():
+        if side is None:
+            out[key] = None
             continue
-        have = set(schemas[side].fieldNames())
+        name, have = side
         missing = [f"CAST(NULL AS {t}) AS `{c}`" for c, t in columns.items() if c not in have]
-        sides[side] = f"(SELECT *, {', '.join(missing)} FROM {name})" if missing else name
-    return sides, list(columns)
+        out[key] = f"(SELECT *, {', '.join(missing)} FROM {name})" if missing else name
+    return out, list(columns)
 
 
 def serving_view(spark: SparkSession, config: Config, ds: Dataset | str, as_of: str | None = None) -> DataFrame:

@@ -138,15 +138,10 @@ def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
 
 def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     """Validate a backfill request (``plan_backfill``); a dry run only logs the plan."""
-    from loglake.config import load_config
     from loglake.kafka_admin import list_topics
     from loglake.planning import plan_backfill
 
-    from loglake.schemas import check
-
-    config = or_fail(load_config)
-    ds = or_fail(config.dataset, params["dataset"])
-    or_fail(check, config, ds)
+    config, ds = _checked_dataset(params)
     if ds.topic not in or_fail(list_topics, config):
         raise AirflowFailException(f"dataset: the topic {ds.topic} of {ds.name} does not exist on "
                                    f"{config.kafka.bootstrap_servers}: there is nothing to backfill")
