@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loglake.config import Config, Dataset
@@ -148,24 +150,69 @@ def _retrying(call, what: str):
     return retry_transient(attempt, seconds=TIMEOUT, only=CoordinatorNotReadyError)
 
 
-def commit_group_offsets(config: Config, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Record ``offsets`` (next offset to read, per partition) as ``group``'s position.
+class PositionCommitter:
+    """Records a consumer group's position (next offset to read, per partition) in Kafka,
+    from a thread of its own: ``submit`` never waits, the newest position wins, and an
+    outage only delays the record until the broker answers again.
 
-    Through the admin API: it finds the group coordinator itself, and the group never has
-    live members (the speed layer reads with Spark's own consumers).
+    One long-lived consumer that never joins the group commits for it (the group never
+    has live members: the speed layer reads with Spark's own consumers). Not the admin
+    API's AlterConsumerGroupOffsets: librdkafka 2.x aborts the whole process (assertion
+    ``eonce->refcnt > 0``) when an admin client that timed out on a coordinator request
+    is destroyed, as happens while the broker is down
+    (tests/reliability/test_speed_position.py).
     """
-    if not offsets:
-        return
-    client = admin(config)
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
 
-    def commit():
-        for fut in client.alter_consumer_group_offsets([request], request_timeout=TIMEOUT).values():
-            failed = [tp.error for tp in fut.result(timeout=TIMEOUT).topic_partitions if tp.error is not None]
-            if failed:
-                raise KafkaException(failed[0])
+    RETRY_SECONDS = 1.0
 
-    _retrying(commit, f"committing {group} offsets for {topic}")
+    def __init__(self, config: Config, group: str, topic: str, warn=None):
+        self.config, self.group, self.topic = config, group, topic
+        self._warn = warn or (lambda text: print(text, file=sys.stderr, flush=True))
+        self._cond = threading.Condition()
+        self._wanted: dict[int, int] = {}
+        self._done: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
+
+    def submit(self, offsets: dict[int, int]) -> None:
+        if not offsets:
+            return
+        with self._cond:
+            self._wanted = {**self._wanted, **offsets}
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"loglake-position-{self.topic}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = TIMEOUT) -> bool:
+        """Wait until the newest submitted position is recorded; False if it was not in ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done == self._wanted, timeout)
+
+    def _run(self) -> None:
+        consumer = _consumer(self.config, self.group)
+        failing = False
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._done != self._wanted)
+                wanted = dict(self._wanted)
+            try:
+                consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in sorted(wanted.items())],
+                                asynchronous=False)
+                consumer.poll(0)  # hands librdkafka's queued log lines to the "loglake.kafka" logger
+            except Exception as e:  # the broker away, the coordinator moving: try again
+                if not failing:
+                    self._warn(f"loglake: could not record speed position (retrying until Kafka answers): "
+                               f"{e.args[0] if isinstance(e, KafkaException) else e}")
+                failing = True
+                time.sleep(self.RETRY_SECONDS)
+                continue
+            if failing:
+                self._warn(f"loglake: speed position recorded again ({self.group})")
+            failing = False
+            with self._cond:
+                self._done = wanted
+                self._cond.notify_all()
 
 
 def group_offsets(config: Config, group: str, topic: str, partitions: int) -> dict[int, int | None]:

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from loglake.config import Config, Dataset
 from loglake.jobs import JobRequest
 from loglake.errors import DataLossError
-from loglake.kafka_admin import check_partitions, commit_group_offsets, list_topics, log_bounds
+from loglake.kafka_admin import PositionCommitter, check_partitions, list_topics, log_bounds
 from loglake.ledger import batch_watermarks
 from loglake.locks import wait_while_paused
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
@@ -162,11 +162,13 @@ def is_data_loss(error: BaseException) -> bool:
 
 
 class _PositionRecorder(StreamingQueryListener):
-    """After each committed batch: commit the position to Kafka and keep a progress file."""
+    """After each committed batch: record the position in Kafka (from a thread of its own,
+    so that a broker outage delays the record, never the stream) and keep a progress file."""
 
     def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None):
         self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
         self.query_id: str | None = None
+        self.positions = PositionCommitter(config, ds.consumer_group, topic)
 
     def record(self, progress_json: str) -> None:
         progress = json.loads(progress_json)
@@ -175,7 +177,7 @@ class _PositionRecorder(StreamingQueryListener):
         for source in progress.get("sources", []):
             ends = parse_spark_offsets(source.get("endOffset") or "{}").get(self.topic)
             if ends:
-                commit_group_offsets(self.config, self.ds.consumer_group, self.topic, ends)
+                self.positions.submit(ends)
         if self.progress_file is not None:
             tmp = self.progress_file.with_suffix(".tmp")
             tmp.write_text(progress_json)
@@ -306,6 +308,9 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     # Listener events are asynchronous: make sure the final position is recorded.
     last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
     recorder.record(last_json)
+    if not recorder.positions.flush():
+        print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
+              f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
     batches = {}  # batch id → (records, trigger ms), from the query's own record
     for p in query.recentProgress:
         p = json.loads(p.json) if hasattr(p, "json") else p
