@@ -26,6 +26,11 @@ from loglake.jobs import JobRequest
 def cmd_kafka(config: Config, args) -> int:
     from loglake.platform import broker
 
+    if args.action in ("start", "stop") and config.profile.local_cluster is not None:
+        print(f"loglake: error: profile {config.profile_name!r} runs a {len(config.kafka.ports)}-node Kafka "
+              f"cluster: `loglake cluster {'up' if args.action == 'start' else 'down'}` {args.action}s it",
+              file=sys.stderr)
+        return 2
     if args.action in ("start", "stop") and not config.kafka.embedded:
         print(f"profile {config.profile_name!r} uses the external cluster {config.kafka.bootstrap_servers}; "
               "nothing to start or stop")
@@ -45,6 +50,24 @@ def cmd_kafka(config: Config, args) -> int:
         print("kafka: stopped" if running else "kafka: not running")
         return 0
     return kafka_status(config)
+
+
+def cmd_cluster(config: Config, args) -> int:
+    from loglake.cluster import LocalCluster
+
+    cluster = LocalCluster(config)
+    if args.action == "up":
+        t0 = time.monotonic()
+        cluster.up()
+        print(f"cluster: up in {time.monotonic() - t0:.1f}s (`loglake cluster status` shows it, "
+              f"`loglake cluster down` stops it)")
+        return 0
+    if args.action == "down":
+        cluster.down()
+        return 0
+    ok, lines = cluster.status_lines()
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 def kafka_status(config: Config) -> int:
@@ -365,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kafka", help="the embedded Kafka broker")
     k.add_argument("action", choices=["start", "stop", "status"])
 
+    cl = sub.add_parser("cluster", help="the local Kafka (3 nodes) and Spark standalone clusters of a "
+                                        "local_cluster profile (local-cluster)")
+    cl.add_argument("action", choices=["up", "down", "status"])
+
     pr = sub.add_parser("produce", help="produce generated records to a dataset's topic")
     pr.add_argument("dataset")
     pr.add_argument("--count", type=int, required=True)
@@ -494,14 +521,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
-        if args.command not in ("down", "status", "kafka"):
+        if args.command not in ("down", "status", "kafka", "cluster"):
             # A schema change the tables cannot take is refused before anything runs (status
             # says it among the rest; down and kafka must work whatever a dataset's conf says).
             from loglake.schemas import check_all
 
             check_all(config)
         keep_logs(config)
-        handler = {"kafka": cmd_kafka, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
+        handler = {"kafka": cmd_kafka, "cluster": cmd_cluster, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
                    "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
                    "history": cmd_history, "replay": cmd_replay,

@@ -258,6 +258,17 @@ class KafkaSettings(_Strict):
     client: dict[str, str] = Field(default_factory=dict)
     # Extra Java client settings for Spark's Kafka source (passed as kafka.<key>).
     spark: dict[str, str] = Field(default_factory=dict)
+    # How loglake creates topics: replicas per partition, and how many must hold a record
+    # before the (acks=all) producer sees it acknowledged.
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _isr_fits(self) -> "KafkaSettings":
+        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+            raise KeyedValueError("min_insync_replicas", f"min_insync_replicas ({self.min_insync_replicas}) "
+                                  f"exceeds replication_factor ({self.replication_factor}): no write could succeed")
+        return self
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -271,7 +282,12 @@ class KafkaSettings(_Strict):
     @property
     def port(self) -> int:
         """Port of the first bootstrap server (the embedded broker listens there)."""
-        return int(self.bootstrap_servers.split(",")[0].rpartition(":")[2])
+        return self.ports[0]
+
+    @property
+    def ports(self) -> list[int]:
+        """The port of every bootstrap server (one per node of a local cluster)."""
+        return [int(hp.rpartition(":")[2]) for hp in self.bootstrap_servers.split(",")]
 
 
 class LakeSettings(_Strict):
@@ -282,7 +298,29 @@ class LakeSettings(_Strict):
 class SparkSettings(_Strict):
     master: str = "local[2]"
     driver_memory: str = "2g"
+    executor_memory: str | None = None  # a cluster's executors (default: Spark's, 1g)
     conf: dict[str, str] = Field(default_factory=dict)
+
+
+_MEMORY = re.compile(r"^\d+[kmgt]$")
+
+
+class LocalClusterSettings(_Strict):
+    """What ``loglake cluster up`` runs on this machine: one KRaft node per bootstrap server
+    of ``kafka.bootstrap_servers`` and a Spark standalone master at ``spark.master`` with
+    ``spark_workers`` workers."""
+
+    spark_workers: int = Field(default=2, ge=1)
+    worker_cores: int = Field(default=1, ge=1)
+    worker_memory: str = "1g"
+    kafka_heap: str = "512m"
+
+    @field_validator("worker_memory", "kafka_heap")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        if not _MEMORY.match(v):
+            raise ValueError(f"{v!r} is not a memory size such as '512m' or '2g'")
+        return v
 
 
 class SpeedSettings(_Strict):
@@ -309,6 +347,8 @@ class Profile(_Strict):
     lake: LakeSettings = Field(default_factory=LakeSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     speed: SpeedSettings = Field(default_factory=SpeedSettings)
+    # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster).
+    local_cluster: LocalClusterSettings | None = None
 
 
 # --- the whole configuration ----------------------------------------------------------

@@ -72,9 +72,17 @@ def _new_cluster_id() -> str:
 class EmbeddedKafka:
     """One KRaft broker+controller on ``localhost:port`` with its data under ``home/"kafka"``."""
 
-    def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m"):
+    def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m",
+                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None,
+                 props: dict[str, str] | None = None):
+        """``voters`` (node id → controller port), ``cluster_id`` and ``props`` make this one
+        node of a cluster (``loglake.cluster``); without them it is a cluster of its own."""
         self.home = Path(home).absolute()  # the pid check matches this path in the command line
         self.port = port
+        self.node_id = node_id
+        self.voters = voters
+        self.cluster_id = cluster_id
+        self.props = dict(props or {})
         # The controller listener is internal (nothing connects to it from outside the JVM):
         # any free port will do, and start() takes another one when it was taken meanwhile.
         self.controller_port = controller_port if controller_port is not None else free_port()
@@ -232,6 +240,16 @@ class EmbeddedKafka:
                 self.controller_port = free_port()
 
     def _start_once(self, deadline: float, timeout: float) -> None:
+        self.launch()
+        try:
+            self._wait_ready(deadline, timeout)
+        except ProcessError:
+            self.stop(timeout=5)
+            raise
+
+    def launch(self) -> None:
+        """Start the JVM without waiting for it to answer (the nodes of a cluster answer only
+        once a quorum of them runs); ``start`` waits."""
         java = java_executable()
         classpath = os.pathsep.join(str(j) for j in jars("kafka"))
         self._write_config()
@@ -261,11 +279,10 @@ class EmbeddedKafka:
         tmp = self.pid_path.with_suffix(".tmp")
         tmp.write_text(f"{self._proc.pid}\n")
         tmp.replace(self.pid_path)
-        try:
-            self._wait_ready(deadline, timeout)
-        except ProcessError:
-            self.stop(timeout=5)
-            raise
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the broker answers (after ``launch``)."""
+        self._wait_ready(time.monotonic() + timeout, timeout)
 
     def _wait_ready(self, deadline: float, timeout: float) -> None:
         while True:
@@ -343,12 +360,13 @@ class EmbeddedKafka:
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        voters = self.voters or {self.node_id: self.controller_port}
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
+            "node.id": str(self.node_id),
             # Static quorum: the voter set comes from this file, not from the formatted
             # storage, so ports may change between restarts.
-            "controller.quorum.voters": f"1@localhost:{self.controller_port}",
+            "controller.quorum.voters": ",".join(f"{n}@localhost:{p}" for n, p in sorted(voters.items())),
             "listeners": f"PLAINTEXT://localhost:{self.port},CONTROLLER://localhost:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://localhost:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -366,6 +384,7 @@ class EmbeddedKafka:
             "share.coordinator.state.topic.min.isr": "1",
             # Consumers join at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
+            **self.props,
         }
         text = "# Written by loglake.embedded_kafka on every start; edits are lost.\n"
         text += "".join(f"{k}={v}\n" for k, v in props.items())
@@ -374,7 +393,9 @@ class EmbeddedKafka:
 
     def _format(self, java: str, classpath: str) -> None:
         """Format the storage once; the cluster id is generated once and kept."""
-        if self.cluster_id_path.exists():
+        if self.cluster_id:
+            cluster_id = self.cluster_id
+        elif self.cluster_id_path.exists():
             cluster_id = self.cluster_id_path.read_text().strip()
         else:
             cluster_id = _new_cluster_id()

@@ -49,9 +49,12 @@ def list_topics(config: Config, timeout: float = TIMEOUT) -> dict[str, int]:
     return {t: len(m.partitions) for t, m in md.topics.items() if not t.startswith("__")}
 
 
-def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replication: int = 1,
+def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replication: int | None = None,
                  extra: dict[str, str] | None = None) -> str:
-    """Create the dataset's topic with its partition count unless it exists; return its name."""
+    """Create the dataset's topic with its partition count unless it exists; return its name.
+
+    Replicated as the profile says (``kafka.replication_factor``, ``kafka.min_insync_replicas``):
+    with acks=all, a record is acknowledged once that many replicas hold it."""
     name = topic or ds.topic
     existing = list_topics(config)
     if name in existing:
@@ -59,6 +62,9 @@ def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replicat
             check_partitions(ds, existing[name])
         return name
     cfg = dict(extra or {})
+    replication = replication or config.kafka.replication_factor
+    if config.kafka.min_insync_replicas is not None:
+        cfg.setdefault("min.insync.replicas", str(config.kafka.min_insync_replicas))
     if ds.kind == "changelog":
         # A changelog keeps the newest record per key forever (the log is the table).
         cfg.setdefault("cleanup.policy", "compact")

@@ -26,7 +26,7 @@ def spark_submit_bin() -> str:
     return str(Path(importlib.util.find_spec("pyspark").origin).parent / "bin" / "spark-submit")
 
 
-def _log4j_file() -> Path:
+def log4j_file() -> Path:
     """The log4j2 file of the conf dir in use, else the repo's (a conf dir may omit it)."""
     own = paths.conf_dir() / "log4j2-spark.properties"
     return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
@@ -53,10 +53,50 @@ def spark_conf(config: Config) -> dict[str, str]:
         # No stage progress bars: a job's output is its log, a command's output its answer.
         "spark.ui.showConsoleProgress": "false",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log4j_file()}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j_file()}",
     }
+    if config.profile.spark.executor_memory:
+        conf["spark.executor.memory"] = config.profile.spark.executor_memory
+    if not is_local(config):
+        conf["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j_file()}"
     conf.update(config.profile.spark.conf)
     return conf
+
+
+def is_local(config: Config) -> bool:
+    """Whether the profile's Spark runs inside the driver (``local[...]``): no executors elsewhere."""
+    return config.profile.spark.master.startswith("local")
+
+
+def loopback(config: Config) -> bool:
+    """Driver and executors all on this machine: bind the driver to loopback."""
+    master = config.profile.spark.master
+    return is_local(config) or master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
+
+
+CODE_PACKAGES = ("loglake", "spark_jobs")
+
+
+def code_archive(config: Config) -> Path:
+    """The project's Python code as one zip for ``--py-files``: how it reaches a cluster's
+    executors (they do not share the driver's checkout). Named by a hash of its content,
+    built once per change under ``<state>/dist``."""
+    import hashlib
+    import zipfile
+
+    files = sorted(f for pkg in CODE_PACKAGES for f in (paths.REPO_ROOT / pkg).rglob("*.py"))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(paths.REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+    target = config.home / "dist" / f"loglake-code-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in files:
+                z.write(f, str(f.relative_to(paths.REPO_ROOT)))
+        tmp.replace(target)
+    return target
 
 
 def job_env(config: Config) -> dict[str, str]:
@@ -71,7 +111,8 @@ def job_env(config: Config) -> dict[str, str]:
         "LOGLAKE_PROFILE": config.profile_name,
         "LOGLAKE_UNDER_SPARK_SUBMIT": "1",
     })
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if loopback(config):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
 
 
@@ -86,6 +127,8 @@ def spark_submit(config: Config, request: JobRequest) -> list[str]:
     cmd = [spark_submit_bin(), "--master", config.profile.spark.master,
            "--driver-memory", conf.pop("spark.driver.memory"),
            "--jars", conf.pop("spark.jars"), "--name", f"loglake-{request.job}"]
+    if not is_local(config):
+        cmd += ["--py-files", str(code_archive(config))]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [application(request.job), *request.argv()]
@@ -103,6 +146,7 @@ def submit_spec(config: Config, job: str) -> dict:
             "LOGLAKE_PROFILE", "LOGLAKE_UNDER_SPARK_SUBMIT", "SPARK_LOCAL_IP", "LOGLAKE_CACHE", "JAVA_HOME", "PATH")
     return {
         "application": application(job),
+        "py_files": None if is_local(config) else str(code_archive(config)),
         "jars": conf.pop("spark.jars"),
         "conf": conf,
         "env_vars": {k: env[k] for k in keep if k in env},

@@ -58,7 +58,13 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
     from loglake.kafka_admin import ensure_topic, list_topics
 
     t0 = time.monotonic()
-    if config.kafka.embedded:
+    if config.profile.local_cluster is not None:
+        from loglake.cluster import LocalCluster
+
+        LocalCluster(config).up(timeout=timeout)
+        for ds in config.datasets.values():
+            ensure_topic(config, ds)
+    elif config.kafka.embedded:
         kafka = broker(config)
         was = kafka.is_running()
         kafka.start()
@@ -89,7 +95,11 @@ def down(config: Config) -> int:
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
     stop_streams(config)
-    if config.kafka.embedded:
+    if config.profile.local_cluster is not None:
+        from loglake.cluster import LocalCluster
+
+        LocalCluster(config).down()
+    elif config.kafka.embedded:
         kafka = broker(config)
         running = kafka.is_running()
         kafka.stop()
@@ -107,7 +117,14 @@ def status(config: Config) -> int:
     ok = True
     print("processes:")
     kafka_up = True
-    if config.kafka.embedded:
+    if config.profile.local_cluster is not None:
+        from loglake.cluster import LocalCluster
+
+        cluster_ok, lines = LocalCluster(config).status_lines()
+        ok &= cluster_ok
+        kafka_up = any(n.pid for n in LocalCluster(config).kafka_nodes())
+        print("\n".join("  " + line.strip() for line in lines))
+    elif config.kafka.embedded:
         kafka = broker(config)
         pid = kafka.pid
         kafka_up = pid is not None

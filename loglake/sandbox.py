@@ -17,11 +17,13 @@ from loglake import paths
 
 def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
                datasets: dict[str, dict] | None = None, spark: dict | None = None,
-               extra_datasets: dict[str, dict] | None = None) -> Path:
+               extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
+               local_cluster: dict | None = None) -> Path:
     """A conf/ directory for one test: the repo's datasets on topics of their own.
 
     ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
-    ``spark`` holds profile ``spark`` keys (``conf`` entries are merged); ``extra_datasets``
+    ``spark`` holds profile ``spark`` keys (``conf`` entries are merged), ``kafka`` more
+    profile ``kafka`` keys, ``local_cluster`` the profile's local cluster; ``extra_datasets``
     adds dataset files (name → file content) beside the repo's.
     """
     conf = root / "conf"
@@ -34,6 +36,9 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                            "spark.sql.adaptive.enabled": "false"}},
         "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
     }
+    profile["kafka"].update(kafka or {})
+    if local_cluster is not None:
+        profile["local_cluster"] = local_cluster
     for k, v in (spark or {}).items():
         profile["spark"][k] = {**profile["spark"]["conf"], **v} if k == "conf" else v
     (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "test", "profiles": {"test": profile}}))

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from loglake.config import Config
-from loglake.launch import spark_conf
+from loglake.launch import loopback, code_archive, is_local, spark_conf
 
 log = logging.getLogger("loglake.spark")
 
@@ -56,8 +56,10 @@ def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] |
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # One machine: bind the driver to loopback instead of whatever the hostname resolves to.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # One machine: bind the driver to loopback instead of whatever the hostname resolves to
+    # (a cluster's workers on other hosts must reach the driver at its real address).
+    if loopback(config):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -73,4 +75,6 @@ def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] |
         with _output_to(Path(log_file)):
             spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not is_local(config) and not os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT"):
+        spark.sparkContext.addPyFile(str(code_archive(config)))  # spark-submit passed --py-files
     return spark

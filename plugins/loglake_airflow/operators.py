@@ -50,6 +50,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         spec = or_fail(submit_spec, config, self.job)
         self.application = self.application or spec["application"]
         self.jars = self.jars or spec["jars"]
+        self.py_files = self.py_files or spec["py_files"]
         self.conf = {**spec["conf"], **(self.conf or {})}
         self.env_vars = {**spec["env_vars"], **(self.env_vars or {})}
 

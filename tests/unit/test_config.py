@@ -112,6 +112,14 @@ BAD_PROFILE = [
      "profiles.local.speed.max_offsets_per_trigger", "greater than or equal to 1"),
     (lambda d: d["profiles"]["local"]["kafka"].update(bootstrap="x:1"), "profiles.local.kafka.bootstrap", "unknown key"),
     (lambda d: d.update(default_profile="prod"), "default_profile", "unknown profile 'prod'"),
+    (lambda d: d["profiles"]["local-cluster"]["kafka"].update(min_insync_replicas=4),
+     "profiles.local-cluster.kafka.min_insync_replicas", "exceeds replication_factor (3)"),
+    (lambda d: d["profiles"]["local-cluster"]["kafka"].update(replication_factor=0),
+     "profiles.local-cluster.kafka.replication_factor", "greater than or equal to 1"),
+    (lambda d: d["profiles"]["local-cluster"]["local_cluster"].update(worker_memory="lots"),
+     "profiles.local-cluster.local_cluster.worker_memory", "memory size"),
+    (lambda d: d["profiles"]["local-cluster"]["local_cluster"].update(spark_workers=0),
+     "profiles.local-cluster.local_cluster.spark_workers", "greater than or equal to 1"),
 ]
 
 
@@ -120,7 +128,7 @@ def test_bad_profile_names_file_and_key(conf, mutate, key, fragment):
     path = conf / "loglake.yaml"
     edit(path, mutate)
     with pytest.raises(ConfigError) as e:
-        load_config(conf)
+        load_config(conf, profile=key.split(".")[1] if key.startswith("profiles.") else None)
     assert e.value.file == str(path) and e.value.key == key, str(e.value)
     assert fragment in str(e.value)
 
@@ -137,11 +145,16 @@ def test_unset_secret_is_an_error_not_empty(conf, monkeypatch):
 def test_cluster_profile_expands_environment(conf, monkeypatch):
     for var, val in {"LOGLAKE_KAFKA_BOOTSTRAP": "b1:9096", "LOGLAKE_KAFKA_USERNAME": "u",
                      "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_KAFKA_JAAS": "j", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
-                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn"}.items():
+                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn",
+                     "LOGLAKE_KAFKA_CA_FILE": "/ca.pem", "LOGLAKE_S3_ENDPOINT": "http://minio:9000",
+                     "LOGLAKE_AWS_REGION": "eu-west-1", "LOGLAKE_DDB_TABLE": "delta_log",
+                     "LOGLAKE_CACHE": "/opt/loglake-cache"}.items():
         monkeypatch.setenv(var, val)
     c = load_config(conf, profile="cluster")
     assert c.kafka_client_conf()["sasl.password"] == "p"
     assert c.table_path("job_views", "speed") == "s3a://b/lake/speed/job_views"
+    assert c.profile.spark.conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
+    assert c.profile.spark.conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "delta_log"
 
 
 def test_invalid_yaml_names_file(conf):
@@ -181,3 +194,25 @@ def test_provenance_columns_are_the_tables_own(conf):
     with pytest.raises(ConfigError) as e:
         load_config(conf)
     assert e.value.key == "maintenance.zorder_by.0"
+
+
+def test_local_cluster_profile_names_three_nodes_and_a_local_master(conf):
+    from loglake.cluster import LocalCluster
+
+    c = load_config(conf, profile="local-cluster")
+    assert len(c.kafka.ports) == 3 and (c.kafka.replication_factor, c.kafka.min_insync_replicas) == (3, 2)
+    cluster = LocalCluster(c)
+    assert cluster.master_url == c.profile.spark.master and cluster.bootstrap == c.kafka.bootstrap_servers
+
+
+def test_cluster_commands_need_a_local_cluster_profile(conf):
+    from loglake.cluster import LocalCluster
+
+    with pytest.raises(ConfigError) as e:
+        LocalCluster(load_config(conf, profile="local"))
+    assert e.value.key == "profiles.local.local_cluster"
+    path = conf / "loglake.yaml"
+    edit(path, lambda d: d["profiles"]["local-cluster"]["spark"].update(master="spark://other-host:7077"))
+    with pytest.raises(ConfigError) as e:
+        LocalCluster(load_config(conf, profile="local-cluster"))
+    assert e.value.key == "profiles.local-cluster.spark.master" and "spark://127.0.0.1:PORT" in str(e.value)

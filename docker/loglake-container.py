@@ -1,0 +1,146 @@
+"""What loglake's containers run besides the `loglake` and `airflow` commands (docker/compose.yaml).
+
+  init              check the datasets' schemas against the lake and create the topics that are
+                    missing (as loglake.kafka_admin.ensure_topic does for `loglake up`); a one-shot
+                    service that the speed streams and Airflow wait for
+  speed DATASET     the dataset's speed stream in the foreground: the container's main process is
+                    loglake's supervisor (restarts with backoff, no restart after a permanent
+                    error); SIGTERM from `docker stop` stops it and its spark-submit
+  health [ROLE]     exit 0 when this container's service is healthy; ROLE (spark-master,
+                    spark-worker, speed, api-server, scheduler, dag-processor, triggerer,
+                    celery-worker) is found from the running processes when not given
+
+Configuration comes from the environment, as for any loglake command (LOGLAKE_PROFILE,
+LOGLAKE_CONF, LOGLAKE_HOME and the variables conf/loglake.yaml names).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def init(wait_seconds: float = 300.0) -> int:
+    from loglake.config import load_config
+    from loglake.errors import KafkaUnavailableError
+    from loglake.kafka_admin import ensure_topic
+    from loglake.schemas import check_all
+
+    config = load_config()
+    check_all(config)
+    deadline = time.monotonic() + wait_seconds
+    for ds in config.datasets.values():
+        while True:
+            try:
+                name = ensure_topic(config, ds)
+                break
+            except KafkaUnavailableError as e:
+                if time.monotonic() > deadline:
+                    print(f"init: Kafka did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
+                    return 1
+                time.sleep(5)
+        print(f"init: topic {name} ({ds.partitions} partitions) ready for dataset {ds.name}")
+    return 0
+
+
+def speed(dataset: str) -> int:
+    from loglake.config import load_config
+    from loglake.launch import job_env, spark_submit
+    from loglake.processes import supervise
+    from loglake.schemas import check_all
+    from loglake.streams import SpeedStream
+
+    config = load_config()
+    check_all(config)
+    stream = SpeedStream(config, config.dataset(dataset))
+    stream.progress_file.parent.mkdir(parents=True, exist_ok=True)
+    stream.summary_file.unlink(missing_ok=True)
+    request = stream.request(False).with_summary_file(stream.summary_file)
+    os.environ.update(job_env(config))  # what `loglake speed start` gives the supervised job
+    return supervise(spark_submit(config, request))
+
+
+# --- health --------------------------------------------------------------------------
+
+def _get(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _cmdlines() -> list[str]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        out.append(" ".join(p.info["cmdline"] or []))
+    return out
+
+
+def _airflow_job_alive(job_type: str) -> bool:
+    cmd = ["airflow", "jobs", "check", "--job-type", job_type, "--hostname", socket.gethostname()]
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=25).returncode == 0
+
+
+CHECKS = {
+    "spark-master": lambda: _get("http://localhost:8080/json/"),
+    "spark-worker": lambda: _get("http://localhost:8081/json/"),
+    # The supervisor lives as long as the container; healthy while its spark-submit runs.
+    "speed": lambda: any("org.apache.spark.deploy.SparkSubmit" in c for c in _cmdlines()),
+    "api-server": lambda: _get("http://localhost:8080/api/v2/monitor/health"),
+    "scheduler": lambda: _get("http://localhost:8974/health"),
+    "dag-processor": lambda: _airflow_job_alive("DagProcessorJob"),
+    "triggerer": lambda: _airflow_job_alive("TriggererJob"),
+    "celery-worker": lambda: subprocess.run(
+        ["celery", "--app", "airflow.providers.celery.executors.celery_executor.app", "inspect", "ping",
+         "--destination", f"celery@{socket.gethostname()}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=25).returncode == 0,
+}
+
+# How each role shows in a process's command line (for `health` without a ROLE).
+SIGNS = [
+    ("spark-master", "org.apache.spark.deploy.master.Master"),
+    ("spark-worker", "org.apache.spark.deploy.worker.Worker"),
+    ("speed", "loglake-container.py speed"),
+    ("api-server", "airflow api-server"),
+    ("scheduler", "airflow scheduler"),
+    ("dag-processor", "airflow dag-processor"),
+    ("triggerer", "airflow triggerer"),
+    ("celery-worker", "airflow celery worker"),
+]
+
+
+def health(role: str | None) -> int:
+    if role is None:
+        lines = _cmdlines()
+        role = next((r for r, sign in SIGNS if any(sign in c for c in lines)), None)
+        if role is None:
+            return 0  # a one-shot command (init, a `loglake` command): nothing long-running to check
+    if role not in CHECKS:
+        print(f"health: unknown role {role!r}; known: {', '.join(CHECKS)}", file=sys.stderr)
+        return 2
+    ok = CHECKS[role]()
+    if not ok:
+        print(f"health: {role} is not healthy", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["init"] and len(argv) == 1:
+        return init()
+    if argv[:1] == ["speed"] and len(argv) == 2:
+        return speed(argv[1])
+    if argv[:1] == ["health"] and len(argv) <= 2:
+        return health(argv[1] if len(argv) == 2 else None)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
