@@ -326,6 +326,7 @@ def measure_freshness(h: Harness, rate: float, trigger: str, max_offsets: int, w
             query.stop()
         if recorder is not None:
             spark.streams.removeListener(recorder)
+            recorder.positions.close()
         poller.stop.set()
         poller.join()
         progress.close()

@@ -177,6 +177,7 @@ class PositionCommitter:
         self._cond = threading.Condition()
         self._wanted: dict[int, int] = {}
         self._done: dict[int, int] = {}
+        self._closing = False
         self._thread: threading.Thread | None = None
 
     def submit(self, offsets: dict[int, int]) -> None:
@@ -195,12 +196,32 @@ class PositionCommitter:
         with self._cond:
             return self._cond.wait_for(lambda: self._done == self._wanted, timeout)
 
+    def close(self, timeout: float = TIMEOUT) -> bool:
+        """Record what was submitted (waiting up to ``timeout``), then end the thread and its
+        consumer. True when everything submitted is recorded."""
+        flushed = self.flush(timeout)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)  # still inside a commit to a silent broker: it ends after it
+        return flushed
+
     def _run(self) -> None:
         consumer = _consumer(self.config, self.group)
+        try:
+            self._commit_loop(consumer)
+        finally:
+            _close(consumer)
+
+    def _commit_loop(self, consumer: Consumer) -> None:
         failing = False
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._done != self._wanted)
+                self._cond.wait_for(lambda: self._closing or self._done != self._wanted)
+                if self._closing:
+                    return
                 wanted = dict(self._wanted)
             try:
                 consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in sorted(wanted.items())],
@@ -211,7 +232,8 @@ class PositionCommitter:
                     self._warn(f"loglake: could not record speed position (retrying until Kafka answers): "
                                f"{e.args[0] if isinstance(e, KafkaException) else e}")
                 failing = True
-                time.sleep(self.RETRY_SECONDS)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closing, self.RETRY_SECONDS)
                 continue
             if failing:
                 self._warn(f"loglake: speed position recorded again ({self.group})")

@@ -299,18 +299,20 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     try:
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        finally:
+            spark.streams.removeListener(recorder)
+        last = query.lastProgress
+        if last is None:
+            return None
+        # Listener events are asynchronous: make sure the final position is recorded.
+        last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
+        recorder.record(last_json)
     finally:
-        spark.streams.removeListener(recorder)
-    last = query.lastProgress
-    if last is None:
-        return None
-    # Listener events are asynchronous: make sure the final position is recorded.
-    last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
-    recorder.record(last_json)
-    if not recorder.positions.flush():
-        print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
-              f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
+        if not recorder.positions.close():
+            print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
+                  f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
     batches = {}  # batch id → (records, trigger ms), from the query's own record
     for p in query.recentProgress:
         p = json.loads(p.json) if hasattr(p, "json") else p

@@ -70,3 +70,27 @@ def test_position_records_survive_broker_kills_and_stops(tmp_path, kafka_bootstr
         child.kill()
         child.wait()
         kafka.stop()
+
+
+def _librdkafka_clients() -> int:
+    """librdkafka clients alive in this process (each has one thread named rdk:main)."""
+    from pathlib import Path
+
+    return sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().strip() == "rdk:main")
+
+
+def test_a_closed_position_committer_leaves_no_client_behind(tmp_path, kafka_bootstrap):
+    """Every speed run has a committer; a run that ends must not leave its Kafka client
+    (and its threads, reconnecting to a broker that may be gone) in the process."""
+    from loglake.kafka_admin import PositionCommitter
+
+    config = Lab(tmp_path, kafka_bootstrap).config()
+    ds = config.dataset("job_views")
+    ensure_topic(config, ds)
+    before = _librdkafka_clients()
+    for n in (1, 2, 3):
+        committer = PositionCommitter(config, ds.consumer_group, ds.topic)
+        committer.submit({p: n for p in range(ds.partitions)})
+        assert committer.close()
+        assert group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == {p: n for p in range(ds.partitions)}
+    wait_for(lambda: _librdkafka_clients() <= before, 10, "the committers' clients to be closed")
