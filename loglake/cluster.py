@@ -24,7 +24,7 @@ from pathlib import Path
 from loglake.config import Config
 from loglake.embedded_kafka import EmbeddedKafka, _new_cluster_id, java_executable
 from loglake.errors import ConfigError, PortInUseError, ProcessError
-from loglake.processes import Managed, descendants, free_port, port_open, pss_bytes
+from loglake.processes import Managed, descendants, free_port, free_ports, port_open, pss_bytes
 
 _MASTER = re.compile(r"^spark://(localhost|127\.0\.0\.1):(\d+)$")
 
@@ -64,6 +64,10 @@ class LocalCluster:
         if not m:
             raise ConfigError(f"{config.profile.spark.master!r} is not a master this machine can run: expected "
                               f"spark://127.0.0.1:PORT (or localhost)", key=f"profiles.{config.profile_name}.spark.master")
+        ports = config.kafka.ports
+        if len(set(ports)) != len(ports):
+            raise ConfigError(f"{config.kafka.bootstrap_servers!r} names a port twice: each node of the local "
+                              f"cluster needs its own", key=f"profiles.{config.profile_name}.kafka.bootstrap_servers")
         self.config, self.settings = config, settings
         self.root = config.home / "cluster"
         self.master_host, self.master_port = "127.0.0.1", int(m.group(2))
@@ -84,8 +88,9 @@ class LocalCluster:
             state = {}
         ports = self.config.kafka.ports
         if state.get("broker_ports") != ports or len(state.get("controller_ports", [])) != len(ports):
+            chosen = [p for p in free_ports(len(ports) + 1 + 3) if p not in ports][:len(ports) + 1]
             state = {"cluster_id": _new_cluster_id(), "broker_ports": ports,
-                     "controller_ports": [free_port() for _ in ports], "master_ui_port": free_port()}
+                     "controller_ports": chosen[:-1], "master_ui_port": chosen[-1]}
         return state
 
     def _save_state(self) -> None:
@@ -186,7 +191,11 @@ class LocalCluster:
         """The master's and workers' environment: this one without the repo on PYTHONPATH
         (executors get the code shipped with the job), Spark bound to loopback."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LOGLAKE_UNDER_SPARK_SUBMIT")}
-        env.update({"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": self.master_host})
+        # SPARK_SCALA_VERSION: the launcher that builds an executor's command looks for a source
+        # build's directories otherwise (the wheel has none: "Cannot find any build directories");
+        # the wheel's bin/spark-class sets it the same way.
+        env.update({"SPARK_HOME": str(spark_home()), "SPARK_SCALA_VERSION": "2.13",
+                    "SPARK_LOCAL_IP": self.master_host})
         return env
 
     def alive_workers(self) -> int:

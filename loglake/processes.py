@@ -98,6 +98,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on localhost right now (all bound at once while chosen,
+    so no two are the same; racy against other processes like ``free_port``)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def port_open(port: int, timeout: float = 0.5) -> bool:
     """Whether something accepts TCP connections on localhost:``port``."""
     import socket

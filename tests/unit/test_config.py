@@ -216,3 +216,20 @@ def test_cluster_commands_need_a_local_cluster_profile(conf):
     with pytest.raises(ConfigError) as e:
         LocalCluster(load_config(conf, profile="local-cluster"))
     assert e.value.key == "profiles.local-cluster.spark.master" and "spark://127.0.0.1:PORT" in str(e.value)
+
+
+def test_a_local_cluster_needs_a_port_per_node(conf):
+    from loglake.cluster import LocalCluster
+
+    edit(conf / "loglake.yaml", lambda d: d["profiles"]["local-cluster"]["kafka"].update(
+        bootstrap_servers="localhost:19092,localhost:19092,localhost:19094"))
+    with pytest.raises(ConfigError) as e:
+        LocalCluster(load_config(conf, profile="local-cluster"))
+    assert e.value.key == "profiles.local-cluster.kafka.bootstrap_servers" and "names a port twice" in str(e.value)
+
+
+def test_free_ports_are_distinct():
+    from loglake.processes import free_ports
+
+    ports = free_ports(8)
+    assert len(set(ports)) == 8
