@@ -528,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
 
             check_all(config)
         keep_logs(config)
-        handler = {"kafka": cmd_kafka, "cluster": cmd_cluster, "produce": cmd_produce, "speed": cmd_speed, "demo": cmd_demo,
-                   "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
+        handler = {"kafka": cmd_kafka, "cluster": cmd_cluster, "produce": cmd_produce, "speed": cmd_speed,
+                   "demo": cmd_demo, "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
                    "history": cmd_history, "replay": cmd_replay,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]

@@ -23,33 +23,12 @@ from pathlib import Path
 
 from loglake.config import Config
 from loglake.embedded_kafka import EmbeddedKafka, _new_cluster_id, java_executable
-from loglake.errors import ConfigError, PortInUseError, ProcessError
-from loglake.processes import Managed, descendants, free_port, free_ports, port_open, pss_bytes
+from loglake.errors import ConfigError, PortInUseError
+from loglake.launch import log4j_file, spark_home
+from loglake.processes import (Managed, descendants, free_port, free_ports, port_open, pss_bytes, state_label,
+                               wait_for)
 
 _MASTER = re.compile(r"^spark://(localhost|127\.0\.0\.1):(\d+)$")
-
-# A cluster's own settings: every partition on three nodes, a write acknowledged once two
-# hold it, and a replica that missed writes never becomes leader (it would drop them).
-def kafka_props(nodes: int) -> dict[str, str]:
-    rf = str(min(3, nodes))
-    isr = str(min(2, nodes))
-    return {
-        "default.replication.factor": rf,
-        "min.insync.replicas": isr,
-        "unclean.leader.election.enable": "false",
-        "offsets.topic.replication.factor": rf,
-        "transaction.state.log.replication.factor": rf,
-        "transaction.state.log.min.isr": isr,
-        "share.coordinator.state.topic.replication.factor": rf,
-        "share.coordinator.state.topic.min.isr": isr,
-    }
-
-
-def spark_home() -> Path:
-    import importlib.util
-
-    return Path(importlib.util.find_spec("pyspark").origin).parent
-
 
 class LocalCluster:
     """The Kafka nodes and the Spark master and workers of ``config``'s ``local_cluster``."""
@@ -88,9 +67,10 @@ class LocalCluster:
             state = {}
         ports = self.config.kafka.ports
         if state.get("broker_ports") != ports or len(state.get("controller_ports", [])) != len(ports):
-            chosen = [p for p in free_ports(len(ports) + 1 + 3) if p not in ports][:len(ports) + 1]
+            # A spare few: a broker's port (not listening yet) may be among those free now.
+            chosen = [p for p in free_ports(len(ports) + 4) if p not in ports]
             state = {"cluster_id": _new_cluster_id(), "broker_ports": ports,
-                     "controller_ports": chosen[:-1], "master_ui_port": chosen[-1]}
+                     "controller_ports": chosen[:len(ports)], "master_ui_port": chosen[len(ports)]}
         return state
 
     def _save_state(self) -> None:
@@ -114,10 +94,9 @@ class LocalCluster:
     def kafka_nodes(self) -> list[EmbeddedKafka]:
         ports, controllers = self._state["broker_ports"], self._state["controller_ports"]
         voters = {i + 1: c for i, c in enumerate(controllers)}
-        props = kafka_props(len(ports))
         return [EmbeddedKafka(self.root / f"kafka-{i + 1}", port=p, controller_port=controllers[i],
                               heap=self.settings.kafka_heap, node_id=i + 1, voters=voters,
-                              cluster_id=self._state["cluster_id"], props=props)
+                              cluster_id=self._state["cluster_id"])
                 for i, p in enumerate(ports)]
 
     def master(self) -> Managed:
@@ -144,7 +123,7 @@ class LocalCluster:
             list(pool.map(EmbeddedKafka.launch, launched))
         # A node answers only once a quorum of voters runs: all are launched first.
         for node in nodes:
-            node.wait_ready(max(1.0, deadline - time.monotonic()))
+            node.wait_ready(_left(deadline))
         say(f"kafka: {len(nodes)} nodes {'started' if launched else 'already running'} at {self.bootstrap}")
         self._start_spark(deadline, say)
 
@@ -159,7 +138,7 @@ class LocalCluster:
                                          "--port", str(self.master_port),
                                          "--webui-port", str(self._state["master_ui_port"])),
                          env=self._spark_env(), cwd=self.root)
-        self._wait(lambda: port_open(self.master_port), deadline, "the Spark master to listen", master)
+        wait_for(lambda: port_open(self.master_port), _left(deadline), "the Spark master to listen", log=master)
         s = self.settings
         for i, worker in enumerate(self.workers()):
             if worker.pid() is None:
@@ -170,20 +149,12 @@ class LocalCluster:
                                              "--work-dir", str(work), "--webui-port", str(free_port()),
                                              self.master_url),
                              env=self._spark_env(), cwd=work)
-        self._wait(lambda: self.alive_workers() >= s.spark_workers, deadline,
-                   f"{s.spark_workers} Spark workers to register with the master", self.workers()[-1])
+        wait_for(lambda: self.alive_workers() >= s.spark_workers, _left(deadline),
+                 f"{s.spark_workers} Spark workers to register with the master", interval=0.5, log=self.workers()[-1])
         say(f"spark: master {self.master_url} with {s.spark_workers} workers ({s.worker_cores} core(s), "
             f"{s.worker_memory} each); web UI {self.master_ui}")
 
-    def _wait(self, predicate, deadline: float, what: str, log: Managed) -> None:
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise ProcessError(f"timed out waiting for {what} (log {log.log_file}):\n{log.tail(15)}")
-            time.sleep(0.5)
-
     def _spark_cmd(self, main: str, *args: str) -> list[str]:
-        from loglake.launch import log4j_file
-
         return [java_executable(), "-Xmx256m", f"-Dlog4j2.configurationFile={log4j_file()}",
                 "-Dspark.worker.timeout=15", "-cp", str(spark_home() / "jars" / "*"), main, *args]
 
@@ -235,16 +206,16 @@ class LocalCluster:
         for node in self.kafka_nodes():
             pid = node.pid
             ok &= pid is not None
-            lines.append(f"  kafka node {node.node_id:<14} {_state(pid)}  localhost:{node.port}  (log {node.log_path})")
+            lines.append(f"  kafka node {node.node_id:<14} {state_label(pid)}  localhost:{node.port}  (log {node.log_path})")
         master = self.master()
         pid = master.pid()
         ok &= pid is not None
-        lines.append(f"  spark master {'':<12} {_state(pid)}  web UI {self.master_ui}  (log {master.log_file})")
+        lines.append(f"  spark master {'':<12} {state_label(pid)}  web UI {self.master_ui}  (log {master.log_file})")
         alive = self.alive_workers() if pid else 0
         for worker in self.workers():
             wpid = worker.pid()
             ok &= wpid is not None
-            lines.append(f"  spark {worker.name:<18} {_state(wpid)}  (log {worker.log_file})")
+            lines.append(f"  spark {worker.name:<18} {state_label(wpid)}  (log {worker.log_file})")
         if pid:
             lines.append(f"  workers registered with the master: {alive} of {len(self.workers())}")
             ok &= alive >= len(self.workers())
@@ -254,5 +225,7 @@ class LocalCluster:
         return ok, lines
 
 
-def _state(pid: int | None) -> str:
-    return f"running (pid {pid})".ljust(20) if pid else "stopped".ljust(20)
+
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline`` (at least one: a last look after it passed)."""
+    return max(1.0, deadline - time.monotonic())

@@ -73,16 +73,14 @@ class EmbeddedKafka:
     """One KRaft broker+controller on ``localhost:port`` with its data under ``home/"kafka"``."""
 
     def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m",
-                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None,
-                 props: dict[str, str] | None = None):
-        """``voters`` (node id → controller port), ``cluster_id`` and ``props`` make this one
-        node of a cluster (``loglake.cluster``); without them it is a cluster of its own."""
+                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None):
+        """``voters`` (node id → controller port) and ``cluster_id`` make this one node of a
+        cluster (``loglake.cluster``); without them it is a cluster of its own."""
         self.home = Path(home).absolute()  # the pid check matches this path in the command line
         self.port = port
         self.node_id = node_id
         self.voters = voters
         self.cluster_id = cluster_id
-        self.props = dict(props or {})
         # The controller listener is internal (nothing connects to it from outside the JVM):
         # any free port will do, and start() takes another one when it was taken meanwhile.
         self.controller_port = controller_port if controller_port is not None else free_port()
@@ -361,6 +359,7 @@ class EmbeddedKafka:
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         voters = self.voters or {self.node_id: self.controller_port}
+        rf, isr = str(min(3, len(voters))), str(min(2, len(voters)))
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
@@ -376,15 +375,19 @@ class EmbeddedKafka:
             # Topics are created on purpose, with their partition count; a typo must fail.
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
-            # One broker: internal topics cannot have the default replication factor 3.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            # Replicas as the nodes allow (one broker cannot hold the default 3): every partition
+            # on up to three nodes, a write acknowledged once up to two hold it, and a replica
+            # that missed writes never becomes leader (it would drop them).
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "unclean.leader.election.enable": "false",
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
             # Consumers join at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
-            **self.props,
         }
         text = "# Written by loglake.embedded_kafka on every start; edits are lost.\n"
         text += "".join(f"{k}={v}\n" for k, v in props.items())

@@ -171,9 +171,8 @@ class PositionCommitter:
 
     RETRY_SECONDS = 1.0
 
-    def __init__(self, config: Config, group: str, topic: str, warn=None):
+    def __init__(self, config: Config, group: str, topic: str):
         self.config, self.group, self.topic = config, group, topic
-        self._warn = warn or (lambda text: print(text, file=sys.stderr, flush=True))
         self._cond = threading.Condition()
         self._wanted: dict[int, int] = {}
         self._done: dict[int, int] = {}
@@ -229,14 +228,14 @@ class PositionCommitter:
                 consumer.poll(0)  # hands librdkafka's queued log lines to the "loglake.kafka" logger
             except Exception as e:  # the broker away, the coordinator moving: try again
                 if not failing:
-                    self._warn(f"loglake: could not record speed position (retrying until Kafka answers): "
-                               f"{e.args[0] if isinstance(e, KafkaException) else e}")
+                    print(f"loglake: could not record speed position (retrying until Kafka answers): "
+                          f"{e.args[0] if isinstance(e, KafkaException) else e}", file=sys.stderr, flush=True)
                 failing = True
                 with self._cond:
                     self._cond.wait_for(lambda: self._closing, self.RETRY_SECONDS)
                 continue
             if failing:
-                self._warn(f"loglake: speed position recorded again ({self.group})")
+                print(f"loglake: speed position recorded again ({self.group})", file=sys.stderr, flush=True)
             failing = False
             with self._cond:
                 self._done = wanted

@@ -19,11 +19,16 @@ from loglake.config import Config
 from loglake.jobs import JobRequest, read_summary_file
 
 
-def spark_submit_bin() -> str:
-    """The spark-submit shipped in the pyspark wheel of this interpreter's environment."""
+def spark_home() -> Path:
+    """The pyspark wheel of this interpreter's environment: Spark's bin/ and jars/."""
     import importlib.util
 
-    return str(Path(importlib.util.find_spec("pyspark").origin).parent / "bin" / "spark-submit")
+    return Path(importlib.util.find_spec("pyspark").origin).parent
+
+
+def spark_submit_bin() -> str:
+    """The spark-submit shipped in the pyspark wheel."""
+    return str(spark_home() / "bin" / "spark-submit")
 
 
 def log4j_file() -> Path:
@@ -34,6 +39,7 @@ def log4j_file() -> Path:
 
 def spark_conf(config: Config) -> dict[str, str]:
     """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
+    log4j = f"-Dlog4j2.configurationFile={log4j_file()}"
     conf = {
         "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -53,12 +59,12 @@ def spark_conf(config: Config) -> dict[str, str]:
         # No stage progress bars: a job's output is its log, a command's output its answer.
         "spark.ui.showConsoleProgress": "false",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j_file()}",
+        "spark.driver.extraJavaOptions": log4j,
     }
     if config.profile.spark.executor_memory:
         conf["spark.executor.memory"] = config.profile.spark.executor_memory
     if not is_local(config):
-        conf["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j_file()}"
+        conf["spark.executor.extraJavaOptions"] = log4j
     conf.update(config.profile.spark.conf)
     return conf
 

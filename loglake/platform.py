@@ -13,6 +13,7 @@ import time
 
 from loglake.config import Config
 from loglake.errors import LoglakeError
+from loglake.processes import state_label
 from loglake.retrying import retry_transient
 from loglake.streams import orphans, streams
 
@@ -120,23 +121,24 @@ def status(config: Config) -> int:
     if config.profile.local_cluster is not None:
         from loglake.cluster import LocalCluster
 
-        cluster_ok, lines = LocalCluster(config).status_lines()
+        cluster = LocalCluster(config)
+        cluster_ok, lines = cluster.status_lines()
         ok &= cluster_ok
-        kafka_up = any(n.pid for n in LocalCluster(config).kafka_nodes())
+        kafka_up = any(n.pid for n in cluster.kafka_nodes())
         print("\n".join("  " + line.strip() for line in lines))
     elif config.kafka.embedded:
         kafka = broker(config)
         pid = kafka.pid
         kafka_up = pid is not None
         ok &= kafka_up
-        print(f"  kafka                  {_state(pid)}  {kafka.bootstrap}")
+        print(f"  kafka                  {state_label(pid)}  {kafka.bootstrap}")
     else:
         print(f"  kafka                  external            {config.kafka.bootstrap_servers}")
     for stream in streams(config):
         pid = stream.pid()
         ok &= pid is not None
         failed = None if pid else stream.failure()
-        print(f"  {'speed-' + stream.ds.name:<22} {_state(pid)}"
+        print(f"  {'speed-' + stream.ds.name:<22} {state_label(pid)}"
               + (f"  by a permanent error (not restarted): {failed['error_type']}: "
                  f"{failed['error'].splitlines()[0]}" if failed else ""))
     airflow = _airflow(config)
@@ -144,7 +146,7 @@ def status(config: Config) -> int:
     for c, info in st["components"].items():
         ok &= info["alive"]
         health = f"  {info['health']}" if info["health"] else ""
-        print(f"  {'airflow-' + c:<22} {_state(info['pid'])}{health}")
+        print(f"  {'airflow-' + c:<22} {state_label(info['pid'])}{health}")
     ok &= st["healthy"]
     print(f"  airflow UI             {st['url']} ({'healthy' if st['healthy'] else 'not answering or unhealthy'})")
 
@@ -180,7 +182,4 @@ def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
     return retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
                            seconds=timeout)
 
-
-def _state(pid: int | None) -> str:
-    return f"running (pid {pid})".ljust(20) if pid else "stopped".ljust(20)
 

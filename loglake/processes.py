@@ -89,6 +89,11 @@ class Managed:
             return ""
 
 
+def state_label(pid: int | None) -> str:
+    """``running (pid N)`` or ``stopped``, padded for a status table's column."""
+    return f"running (pid {pid})".ljust(20) if pid else "stopped".ljust(20)
+
+
 def free_port() -> int:
     """A TCP port free on localhost right now (the OS picks it; racy but fine for tests)."""
     import socket

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,8 +75,6 @@ def test_position_records_survive_broker_kills_and_stops(tmp_path, kafka_bootstr
 
 def _librdkafka_clients() -> int:
     """librdkafka clients alive in this process (each has one thread named rdk:main)."""
-    from pathlib import Path
-
     return sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().strip() == "rdk:main")
 
 

@@ -98,8 +98,9 @@ def test_up_status_batch_run_down(platform_config):
              "loglake_batch to be parsed, unpaused")
     run_id = rest(af, "/api/v2/dags/loglake_batch/dagRuns", token, {"logical_date": None})["dag_run_id"]
     t1 = time.monotonic()
-    # A liveness bound (under the 900-s test timeout), not a speed target (P9 in `make bench` is): the run's tasks are five
-    # spark-submits beside two streams and Airflow; on a loaded 2-core machine that took >300 s.
+    # A liveness bound (under the 900-s test timeout), not a speed target (P9 in `make bench`
+    # is): the run's tasks are five spark-submits beside two streams and Airflow; on a loaded
+    # 2-core machine that took >300 s.
     state = wait_for(lambda: (s := rest(af, f"/api/v2/dags/loglake_batch/dagRuns/{run_id}", token)["state"])
                      in ("success", "failed") and s, 600, "the triggered batch run to finish")
     print(f"triggered batch run: {state} after {time.monotonic() - t1:.1f}s")
