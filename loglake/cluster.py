@@ -182,10 +182,13 @@ class LocalCluster:
         for worker in reversed(self.workers()):
             say(f"spark {worker.name}: {'stopped' if worker.stop() else 'not running'}")
         say(f"spark master: {'stopped' if self.master().stop() else 'not running'}")
-        for node in self.kafka_nodes():
-            running = node.is_running()
-            node.stop()
-            say(f"kafka node {node.node_id}: {'stopped' if running else 'not running'}")
+        # All nodes at once: stopped one by one, the last ones wait for a quorum already gone.
+        nodes = self.kafka_nodes()
+        running = [node.is_running() for node in nodes]
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(EmbeddedKafka.stop, nodes))
+        for node, was in zip(nodes, running):
+            say(f"kafka node {node.node_id}: {'stopped' if was else 'not running'}")
 
     # -- status ----------------------------------------------------------------------------
 

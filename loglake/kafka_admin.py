@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loglake.config import Config, Dataset
-from loglake.errors import ConfigError, CoordinatorNotReadyError, KafkaUnavailableError, known_transient
+from loglake.errors import (ConfigError, CoordinatorNotReadyError, KafkaAuthenticationError, KafkaUnavailableError,
+                            kafka_refusal, known_transient)
 from loglake.retrying import retry_transient
 
 TIMEOUT = 15.0
@@ -40,13 +41,50 @@ def _consumer(config: Config, group: str | None = None) -> Consumer:
 
 def list_topics(config: Config, timeout: float = TIMEOUT) -> dict[str, int]:
     """Topic name → partition count (internal topics excluded)."""
+    started = time.monotonic()
     try:
         client = admin(config)
-        md = client.list_topics(timeout=timeout)
-        client.poll(0)  # hands librdkafka's queued log lines to the "loglake.kafka" logger
     except KafkaException as e:
-        raise KafkaUnavailableError(f"Kafka at {config.kafka.bootstrap_servers} did not answer: {e}") from None
+        raise client_setup_error(config, e) from None
+    # With security, asked in short rounds: a refused login is an error event between rounds
+    # (``refused``), and waiting out the whole timeout would not change the answer.
+    rounds = min(timeout, 1.0) if config.kafka.security is not None else timeout
+    try:
+        while True:
+            try:
+                md = client.list_topics(timeout=rounds)
+                break
+            except KafkaException as e:
+                client.poll(0)  # delivers the error events that say why
+                refused(config, started)
+                if time.monotonic() - started + rounds > timeout + 0.01:
+                    raise KafkaUnavailableError(
+                        f"Kafka at {config.kafka.bootstrap_servers} did not answer: {e}") from None
+    finally:
+        client.poll(0)  # hands librdkafka's queued log lines to the "loglake.kafka" logger
     return {t: len(m.partitions) for t, m in md.topics.items() if not t.startswith("__")}
+
+
+def client_setup_error(config: Config, error: KafkaException) -> Exception:
+    """What a client that could not even be created says: its TLS files, or (as before) Kafka."""
+    text = error.args[0].str() if error.args and isinstance(error.args[0], KafkaError) else str(error)
+    if config.kafka.security is not None and "ssl" in text.lower():
+        made = ("; the embedded broker's CA is made by `loglake kafka start`"
+                if config.kafka.security.ca_file is None else "")
+        return ConfigError(f"the Kafka clients cannot use the CA file {config.kafka_ca_file}: {text}{made}",
+                           key=f"profiles.{config.profile_name}.kafka.security.ca_file")
+    return KafkaUnavailableError(f"Kafka at {config.kafka.bootstrap_servers} did not answer: {error}")
+
+
+def refused(config: Config, since: float) -> None:
+    """Raise ``KafkaAuthenticationError`` if the brokers refused this profile's login or TLS
+    since ``since`` (``time.monotonic()``, as the clients' error events said); otherwise return."""
+    reason = kafka_refusal(config.kafka.bootstrap_servers, since)
+    if config.kafka.security is not None and reason:
+        raise KafkaAuthenticationError(
+            f"Kafka at {config.kafka.bootstrap_servers} refused loglake's client: {reason} "
+            f"({config.kafka_credentials_hint()}). Check the user and password in the environment; the embedded "
+            f"broker takes the password given to its latest `loglake kafka start`")
 
 
 def ensure_topic(config: Config, ds: Dataset, topic: str | None = None, replication: int | None = None,
@@ -90,14 +128,20 @@ def log_bounds(config: Config, topic: str) -> dict[int, tuple[int, int]]:
     parts = list_topics(config).get(topic)
     if parts is None:
         raise KafkaUnavailableError(f"topic {topic!r} does not exist on {config.kafka.bootstrap_servers}")
-    c = _consumer(config)
-    try:
-        # Retried while a partition has no leader yet (a broker that just restarted).
-        return retry_transient(
-            lambda: {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in range(parts)},
-            what=f"reading the log bounds of {topic}", seconds=TIMEOUT)
-    finally:
-        _close(c)
+
+    def attempt() -> dict[int, tuple[int, int]]:
+        # A fresh client per attempt: one that asked while a partition's leader was dead
+        # keeps answering "unknown partition" after the new leader is elected (librdkafka).
+        c = _consumer(config)
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT / 3) for p in range(parts)}
+        finally:
+            _close(c)
+
+    # Retried while a partition has no leader yet: a broker that just restarted, or a cluster
+    # electing a new leader after one died (its controller notices only after the dead
+    # broker's session timeout, ~9 s).
+    return retry_transient(attempt, what=f"reading the log bounds of {topic}", seconds=2 * TIMEOUT)
 
 
 def check_partitions(ds: Dataset, found: int) -> None:
