@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from loglake import paths
 from loglake.contracts import PROVENANCE, SystemTable
 from loglake.regex import java_incompatibility
-from loglake.errors import ConfigError, KeyedValueError
+from loglake.errors import ConfigError, KeyedValueError, refusal_recorder
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 LAYERS = ("speed", "batch", "quarantine", "latest")
@@ -38,6 +38,7 @@ _IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
 _EXPECTATION = re.compile(r"^expect_[a-z0-9_]+$")
 MIN_VACUUM_RETENTION_HOURS = 168.0  # Delta's own default guard: 7 days
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
+_SCRAM_USER = re.compile(r"^[A-Za-z0-9._@-]+$")
 
 
 class _Strict(BaseModel):
@@ -251,10 +252,78 @@ class Dataset(_Strict):
 # --- profiles -------------------------------------------------------------------------
 
 
+BROKER_USER = "loglake-broker"  # the embedded broker's own SCRAM user (loglake.kafka_security)
+# What ``kafka.security`` sets in each client's settings: ``client`` and ``spark`` may not set them too.
+_SECURITY_KEYS = {"client": ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
+                             "sasl.password", "ssl.ca.location"),
+                  "spark": ("security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.type",
+                            "ssl.truststore.location", "ssl.truststore.certificates")}
+
+
+def jaas_quote(value: str) -> str:
+    """``value`` as a quoted JAAS option value (Kafka's parser reads backslash escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def embedded_ca_file(home: Path) -> Path:
+    """The CA certificate loglake generates for the embedded broker of state directory ``home``."""
+    return Path(home) / "kafka" / "security" / "ca.pem"
+
+
+class KafkaSecurity(_Strict):
+    """SASL/SCRAM over TLS (listener SASL_SSL): who loglake's Kafka clients log in as, and
+    the CA that signed the brokers' certificates.
+
+    Both kinds of client take their settings from here — ``librdkafka`` for confluent-kafka,
+    ``java`` for Spark's Kafka source — so the two cannot disagree. ``password`` is a
+    ``SecretStr``: it shows as ``**********`` in any repr or log line.
+    """
+
+    protocol: Literal["SASL_SSL"] = "SASL_SSL"
+    mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"] = "SCRAM-SHA-512"
+    username: str
+    password: SecretStr
+    # null: the CA loglake generates for its embedded broker (<state>/kafka/security/ca.pem).
+    ca_file: str | None = None
+
+    @field_validator("username")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not _SCRAM_USER.match(v):
+            raise ValueError(f"{v!r} is not a SCRAM user name (letters, digits, '.', '_', '@' and '-')")
+        return v
+
+    @field_validator("password")
+    @classmethod
+    def _not_empty(cls, v: SecretStr) -> SecretStr:
+        if not v.get_secret_value():
+            raise ValueError("the password is empty (no silent empty secrets: set the environment variable "
+                             "this key references to the password)")
+        return v
+
+    def librdkafka(self, ca_file: str | None = None) -> dict[str, str]:
+        """confluent-kafka (librdkafka) settings; ``ca_file`` replaces a null ``ca_file``.
+
+        librdkafka checks the broker's host name against its certificate by default
+        (``ssl.endpoint.identification.algorithm=https``), as the Java client does."""
+        return {"security.protocol": self.protocol, "sasl.mechanism": self.mechanism,
+                "sasl.username": self.username, "sasl.password": self.password.get_secret_value(),
+                "ssl.ca.location": str(self.ca_file or ca_file)}
+
+    def java(self, ca_file: str | None = None) -> dict[str, str]:
+        """Java client settings (Spark's Kafka source takes them as ``kafka.<key>``)."""
+        jaas = (f"org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f"username={jaas_quote(self.username)} password={jaas_quote(self.password.get_secret_value())};")
+        return {"security.protocol": self.protocol, "sasl.mechanism": self.mechanism, "sasl.jaas.config": jaas,
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file or ca_file)}
+
+
 class KafkaSettings(_Strict):
     bootstrap_servers: str = "localhost:9092"
     embedded: bool = True
-    # Extra librdkafka settings for confluent-kafka clients (security.protocol, sasl.*).
+    # How loglake's clients authenticate (SASL/SCRAM over TLS); null: plaintext, no login.
+    security: KafkaSecurity | None = None
+    # Extra librdkafka settings for confluent-kafka clients.
     client: dict[str, str] = Field(default_factory=dict)
     # Extra Java client settings for Spark's Kafka source (passed as kafka.<key>).
     spark: dict[str, str] = Field(default_factory=dict)
@@ -262,6 +331,27 @@ class KafkaSettings(_Strict):
     # before the (acks=all) producer sees it acknowledged.
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _security_in_one_place(self) -> "KafkaSettings":
+        if self.security is None:
+            return self
+        for section, keys in _SECURITY_KEYS.items():
+            for key in keys:
+                if key in getattr(self, section):
+                    raise KeyedValueError(f"{section}.{key}", f"{key} is set by kafka.security (for both kinds of "
+                                                              f"client): remove it from kafka.{section}")
+        if not self.embedded and self.security.ca_file is None:
+            raise KeyedValueError("security.ca_file", "an external cluster needs the file of the CA that signed its "
+                                                      "brokers' certificates (loglake generates a CA only for its "
+                                                      "embedded broker)")
+        if self.embedded and self.security.ca_file is not None:
+            raise KeyedValueError("security.ca_file", "the embedded broker's certificate is signed by the CA loglake "
+                                                      "generates under the state directory: leave ca_file null")
+        if self.embedded and self.security.username == BROKER_USER:
+            raise KeyedValueError("security.username", f"{BROKER_USER!r} is the embedded broker's own user: "
+                                                       "choose another name")
+        return self
 
     @model_validator(mode="after")
     def _isr_fits(self) -> "KafkaSettings":
@@ -350,6 +440,13 @@ class Profile(_Strict):
     # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster).
     local_cluster: LocalClusterSettings | None = None
 
+    @model_validator(mode="after")
+    def _cluster_is_plaintext(self) -> "Profile":
+        if self.local_cluster is not None and self.kafka.security is not None:
+            raise KeyedValueError("kafka.security", "the local cluster's nodes listen in plaintext; kafka.security "
+                                                    "is for the embedded broker (local-secure) or an external cluster")
+        return self
+
 
 # --- the whole configuration ----------------------------------------------------------
 
@@ -358,12 +455,14 @@ class Config:
     """The loaded configuration: one profile and every dataset, plus derived paths."""
 
     def __init__(self, profile_name: str, profile: Profile, datasets: dict[str, Dataset],
-                 home: Path, conf_dir: Path):
+                 home: Path, conf_dir: Path, env_refs: dict[str, str] | None = None):
         self.profile_name = profile_name
         self.profile = profile
         self.datasets = datasets
         self.home = home
         self.conf_dir = conf_dir
+        # Profile key (``kafka.security.password``) → the environment variable its value came from.
+        self.env_refs = env_refs or {}
 
     @property
     def kafka(self) -> KafkaSettings:
@@ -403,19 +502,50 @@ class Config:
         ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
         return f"{self.checkpoint_root.rstrip('/')}/{job}/{ds.name}"
 
+    @property
+    def kafka_ca_file(self) -> str | None:
+        """The CA file loglake's Kafka clients trust: ``kafka.security.ca_file``, else (embedded
+        broker) the one loglake generated under the state directory; None without security."""
+        sec = self.kafka.security
+        if sec is None:
+            return None
+        return sec.ca_file or str(embedded_ca_file(self.home))
+
     def kafka_client_conf(self, **extra: Any) -> dict[str, Any]:
         """Settings for a confluent-kafka client: bootstrap, security, then ``extra``.
 
         librdkafka's log lines (retries, "Coordinator load in progress", ...) go to the
         ``loglake.kafka`` Python logger instead of stderr: the CLI keeps them in its log file.
         """
+        sec = self.kafka.security
+        security: dict[str, Any] = {}
+        if sec is not None:
+            # A refused login shows only as an error event: kept, so a failed call can name it.
+            security = {**sec.librdkafka(self.kafka_ca_file),
+                        "error_cb": refusal_recorder(self.kafka.bootstrap_servers)}
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "logger": logging.getLogger("loglake.kafka"),
-                **self.kafka.client, **extra}
+                **security, **self.kafka.client, **extra}
+
+    def kafka_java_conf(self) -> dict[str, str]:
+        """Java client settings for Spark's Kafka source (it takes each as ``kafka.<key>``):
+        security, then ``kafka.spark``. Built in the job's driver from its own environment,
+        so a password never travels on a command line."""
+        sec = self.kafka.security
+        return {**(sec.java(self.kafka_ca_file) if sec else {}), **self.kafka.spark}
+
+    def kafka_credentials_hint(self) -> str:
+        """Where the Kafka user and password of this profile come from (for error messages)."""
+        sec = self.kafka.security
+        if sec is None:
+            return f"profile {self.profile_name!r} has no kafka.security"
+        refs = [f"{k} from {v}" for k, v in ((k, self.env_refs.get(f"kafka.security.{k}")) for k in
+                                              ("username", "password")) if v]
+        return f"user {sec.username!r}, {sec.mechanism}, {', '.join([*refs, f'profile {self.profile_name}'])}"
 
     def replace(self, *, profile: Profile | None = None, datasets: dict[str, Dataset] | None = None,
                 home: Path | None = None) -> "Config":
         return Config(self.profile_name, profile or self.profile, datasets or self.datasets,
-                      home or self.home, self.conf_dir)
+                      home or self.home, self.conf_dir, self.env_refs)
 
 
 def _expand_env(value: Any, file: str, key: str) -> Any:
@@ -432,6 +562,34 @@ def _expand_env(value: Any, file: str, key: str) -> Any:
             return os.environ[name]
         return _ENV_REF.sub(sub, value)
     return value
+
+
+# Profile keys that hold a secret: conf/ may only name the environment variable it comes from.
+_SECRET_KEYS = ("kafka.security.password", "kafka.client.sasl.password", "kafka.spark.sasl.jaas.config")
+
+
+def _env_refs(value: Any, key: str = "") -> dict[str, str]:
+    """Dotted key → variable name, for each value that is exactly one ``${VAR}``."""
+    if isinstance(value, dict):
+        return {k2: v2 for k, v in value.items() for k2, v2 in _env_refs(v, f"{key}.{k}" if key else str(k)).items()}
+    if isinstance(value, str):
+        m = _ENV_REF.fullmatch(value.strip())
+        return {key: m.group(1)} if m else {}
+    return {}
+
+
+def _check_secrets_referenced(raw: dict, file: str, prefix: str) -> None:
+    """A secret written into conf/ is refused: it must come from the environment (``${VAR}``)."""
+    for dotted in _SECRET_KEYS:
+        value: Any = raw
+        for part in dotted.split(".", 2):  # kafka, section, key (client keys have dots of their own)
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if not isinstance(value, str) or not _ENV_REF.search(value):
+            raise ConfigError("a secret is written into conf/: reference an environment variable instead "
+                              "(e.g. ${LOGLAKE_KAFKA_PASSWORD}); conf/ is committed, the environment is not",
+                              file=file, key=f"{prefix}.{dotted}")
 
 
 def _read_yaml(path: Path) -> dict:
@@ -516,6 +674,13 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
     if name not in profiles:
         raise ConfigError(f"unknown profile {name!r}; known profiles: {', '.join(profiles)}",
                           file=str(main), key="default_profile" if not profile else "profile")
+    _check_secrets_referenced(profiles[name] or {}, str(main), f"profiles.{name}")
+    env_refs = _env_refs(profiles[name] or {})
+    for dotted in _SECRET_KEYS:
+        var = env_refs.get(dotted)
+        if var and os.environ.get(var) == "":
+            raise ConfigError(f"environment variable {var} is empty (referenced as ${{{var}}}): set it to the "
+                              "secret (an empty one is never assumed)", file=str(main), key=f"profiles.{name}.{dotted}")
     raw = _expand_env(profiles[name] or {}, str(main), f"profiles.{name}")
     merged = dict(overrides or {})
     if os.environ.get("LOGLAKE_KAFKA_BOOTSTRAP"):
@@ -541,4 +706,4 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
         topics[ds.topic] = ds.name
         datasets[ds.name] = ds
     home_path = Path(home) if home else paths.state_home()
-    return Config(name, prof, datasets, home_path, conf)
+    return Config(name, prof, datasets, home_path, conf, env_refs)

@@ -7,6 +7,8 @@ lives under ``home``::
 
     home/kafka/server.properties, log4j2.xml, cluster.id   written by us
     home/kafka/data/                                       the log (survives restarts)
+    home/kafka/security/                                   with ``security``: CA, certificate, the
+                                                           broker's own password (loglake.kafka_security)
     home/logs/kafka.log                                    JVM stdout/stderr + log4j2
     home/run/kafka.pid
 """
@@ -22,10 +24,14 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loglake.errors import PortInUseError, ProcessError, SetupError
 from loglake.paths import jars
 from loglake.processes import command_line, free_port, port_open
+
+if TYPE_CHECKING:
+    from loglake.kafka_security import BrokerSecurity
 
 # Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
 # writer for the file, so JVM crashes and log4j2 lines interleave in order.
@@ -73,9 +79,11 @@ class EmbeddedKafka:
     """One KRaft broker+controller on ``localhost:port`` with its data under ``home/"kafka"``."""
 
     def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m",
-                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None):
+                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None,
+                 security: BrokerSecurity | None = None):
         """``voters`` (node id → controller port) and ``cluster_id`` make this one node of a
-        cluster (``loglake.cluster``); without them it is a cluster of its own."""
+        cluster (``loglake.cluster``); without them it is a cluster of its own. ``security``:
+        SASL/SCRAM over TLS on the client port (``loglake.kafka_security``) instead of plaintext."""
         self.home = Path(home).absolute()  # the pid check matches this path in the command line
         self.port = port
         self.node_id = node_id
@@ -85,6 +93,7 @@ class EmbeddedKafka:
         # any free port will do, and start() takes another one when it was taken meanwhile.
         self.controller_port = controller_port if controller_port is not None else free_port()
         self.heap = heap
+        self.security = security
         self.kafka_dir = self.home / "kafka"
         self.data_dir = self.kafka_dir / "data"
         self.props_path = self.kafka_dir / "server.properties"
@@ -96,13 +105,13 @@ class EmbeddedKafka:
 
     @classmethod
     def on_free_ports(cls, home: Path, heap: str = "512m", attempts: int = 3, timeout: float = 60.0,
-                      ports=None) -> EmbeddedKafka:
+                      ports=None, security: BrokerSecurity | None = None) -> EmbeddedKafka:
         """A started broker on ports free right now (tests, benchmarks, soak). A free port can
         be taken by another process before the broker binds it: then again on fresh ones, up to
         ``attempts`` times. ``ports`` (an iterator of client ports) replaces the OS's choice."""
         ports = ports if ports is not None else iter(free_port, None)
         for attempt in range(1, attempts + 1):
-            kafka = cls(home, port=next(ports), heap=heap)
+            kafka = cls(home, port=next(ports), heap=heap, security=security)
             try:
                 kafka.start(timeout=timeout)
                 return kafka
@@ -155,7 +164,7 @@ class EmbeddedKafka:
         except ImportError:
             return True  # the TCP listener is the best we can check without a client
         # log_level 0: a broker still starting makes librdkafka print connection errors.
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = AdminClient(self.admin_conf(log_level=0))
         try:
             md = admin.list_topics(timeout=timeout)
         except Exception:
@@ -179,6 +188,12 @@ class EmbeddedKafka:
         except Exception:
             return False
         return True
+
+    def admin_conf(self, **extra) -> dict:
+        """librdkafka settings that reach this broker (as its own user when it is secured)."""
+        if self.security is not None:
+            return self.security.admin_conf(self.bootstrap, **extra)
+        return {"bootstrap.servers": self.bootstrap, **extra}
 
     def log_tail(self, n: int = 30) -> str:
         """The last ``n`` lines of kafka.log written since the latest start."""
@@ -223,6 +238,7 @@ class EmbeddedKafka:
         deadline = time.monotonic() + timeout
         if self.is_running():
             self._wait_ready(deadline, timeout)  # perhaps started a moment ago elsewhere
+            self._set_users()
             return
         for attempt in range(1, attempts + 1):
             if port_open(self.port):
@@ -231,11 +247,18 @@ class EmbeddedKafka:
             if port_open(self.controller_port):
                 self.controller_port = free_port()
             try:
-                return self._start_once(deadline, timeout)
+                self._start_once(deadline, timeout)
+                self._set_users()
+                return
             except PortInUseError as e:
                 if e.port != self.controller_port or attempt == attempts:
                     raise
                 self.controller_port = free_port()
+
+    def _set_users(self) -> None:
+        """A secured broker: the client user's SCRAM credential, with the password configured now."""
+        if self.security is not None:
+            self.security.set_client_user(self.bootstrap)
 
     def _start_once(self, deadline: float, timeout: float) -> None:
         self.launch()
@@ -253,6 +276,10 @@ class EmbeddedKafka:
         self._write_config()
         if not (self.data_dir / "meta.properties").exists():
             self._format(java, classpath)
+        elif self.security is not None and not self.security.formatted.exists():
+            raise ProcessError(f"the Kafka data in {self.data_dir} was formatted without loglake's SCRAM user for "
+                               f"this broker (by a plaintext profile, or before {self.security.directory} was "
+                               f"deleted): a secured broker needs a state directory of its own (LOGLAKE_HOME)")
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)
@@ -358,6 +385,8 @@ class EmbeddedKafka:
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.security is not None:
+            self.security.prepare()
         voters = self.voters or {self.node_id: self.controller_port}
         rf, isr = str(min(3, len(voters))), str(min(2, len(voters)))
         props = {
@@ -389,9 +418,18 @@ class EmbeddedKafka:
             # Consumers join at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.security is not None:
+            props.update(self.security.server_properties(self.port, self.controller_port,
+                                                         props["controller.quorum.voters"]))
         text = "# Written by loglake.embedded_kafka on every start; edits are lost.\n"
-        text += "".join(f"{k}={v}\n" for k, v in props.items())
-        self.props_path.write_text(text)
+        text += "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
+        if self.security is not None:
+            # The inter-broker listener's JAAS holds the broker user's password: owner only.
+            from loglake.kafka_security import write_private
+
+            write_private(self.props_path, text.encode())
+        else:
+            self.props_path.write_text(text)
         self.log4j_path.write_text(LOG4J2_XML)
 
     def _format(self, java: str, classpath: str) -> None:
@@ -405,6 +443,18 @@ class EmbeddedKafka:
             self.cluster_id_path.write_text(cluster_id + "\n")
         cmd = [java, f"-Xmx{self.heap}", f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
-        res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if self.security is None:
+            res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        else:
+            # The broker user's SCRAM credential: in an argument file, not on the command line.
+            with self.security.format_arguments() as argfile:
+                res = subprocess.run(cmd + [argfile], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if res.returncode == 0:
+                self.security.formatted.touch()
         if res.returncode != 0:
             raise ProcessError(f"formatting Kafka storage in {self.data_dir} failed:\n{res.stdout}{res.stderr}")
+
+
+def _escape_property(value: str) -> str:
+    """``value`` as a Java properties file reads it back (backslashes are escapes there)."""
+    return value.replace("\\", "\\\\")

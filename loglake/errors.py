@@ -110,6 +110,59 @@ class QualityGateError(LoglakeError):
         super().__init__("\n".join(lines))
 
 
+class KafkaAuthenticationError(LoglakeError):
+    """The Kafka broker refused loglake's client: wrong credentials, or TLS that does not match
+    (the CA does not trust the broker's certificate, or one side does not speak TLS).
+
+    Permanent: the same credentials are refused again until the configuration or the
+    environment changes."""
+
+
+# bootstrap servers → (monotonic time, reason) of the latest refusal librdkafka reported for them.
+_refusals: dict[str, tuple[float, str]] = {}
+
+
+def refusal_recorder(bootstrap: str):
+    """An ``error_cb`` for confluent-kafka clients of ``bootstrap``: it keeps the latest refusal
+    (credentials, TLS) so that a call that then fails can say why.
+
+    librdkafka reports a refused login only as an error event (the failed call itself just
+    says "transport failure" once its time is up); the events arrive when the client is polled.
+    """
+    import time
+
+    def record(error) -> None:
+        reason = refusal_reason(error)
+        if reason:
+            _refusals[bootstrap] = (time.monotonic(), reason)
+    return record
+
+
+def kafka_refusal(bootstrap: str, since: float) -> str | None:
+    """The latest refusal of ``bootstrap`` recorded by ``refusal_recorder`` at or after
+    ``since`` (``time.monotonic()``); None: none."""
+    at, reason = _refusals.get(bootstrap, (0.0, None))
+    return reason if at >= since else None
+
+
+def refusal_reason(error) -> str | None:
+    """For a librdkafka error event: the broker's refusal of the client's login or TLS, in a
+    few words (None: some other error)."""
+    import re
+
+    from confluent_kafka import KafkaError
+
+    text = re.sub(r"^\S+/bootstrap: |^\S+://\S+: ", "", error.str())
+    text = re.sub(r" \(after \d+ms in state \w+\)$", "", text).strip()
+    if error.code() == KafkaError._AUTHENTICATION:
+        return text
+    if error.code() == KafkaError._SSL:
+        return f"TLS: {text}"
+    if error.code() == KafkaError._TRANSPORT and "SSL handshake failed" in text:
+        return f"TLS: {text} (the port does not speak TLS)"
+    return None
+
+
 class ProcessError(LoglakeError):
     """A managed background process (broker, stream, Airflow) failed to start or stop."""
 

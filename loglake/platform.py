@@ -19,10 +19,16 @@ from loglake.streams import orphans, streams
 
 
 def broker(config: Config):
-    """The embedded Kafka broker of ``config`` (its state directory and port)."""
+    """The embedded Kafka broker of ``config`` (its state directory and port; SASL/SCRAM over
+    TLS when the profile has ``kafka.security``)."""
     from loglake.embedded_kafka import EmbeddedKafka
 
-    return EmbeddedKafka(config.home, port=config.kafka.port)
+    security = None
+    if config.kafka.security is not None:
+        from loglake.kafka_security import BrokerSecurity
+
+        security = BrokerSecurity(config.home, config.kafka.security)
+    return EmbeddedKafka(config.home, port=config.kafka.port, security=security)
 
 
 def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:

@@ -21,7 +21,9 @@ def source_options(config: Config, topic: str) -> dict[str, str]:
         "failOnDataLoss": "true",
         "includeHeaders": "false",
     }
-    opts.update({f"kafka.{k}": v for k, v in config.kafka.spark.items()})
+    # Security (kafka.security) and kafka.spark: built here, in the driver, from the job's own
+    # environment; no password is on spark-submit's command line.
+    opts.update({f"kafka.{k}": v for k, v in config.kafka_java_conf().items()})
     return opts
 
 

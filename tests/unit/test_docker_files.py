@@ -463,8 +463,9 @@ def test_bootstrap_servers_are_the_brokers_advertised_listeners():
 
 
 def test_kafka_client_listener_speaks_what_the_cluster_profile_asks():
-    client = cluster_profile()["kafka"].get("client") or {}
-    protocol, mechanism = client.get("security.protocol", "PLAINTEXT"), client.get("sasl.mechanism")
+    security = cluster_profile()["kafka"].get("security")
+    protocol = security.get("protocol", "SASL_SSL") if security else "PLAINTEXT"
+    mechanism = security.get("mechanism", "SCRAM-SHA-512") if security else None
     for name, svc in kafka_services().items():
         env = environment(svc)
         protocols = dict(p.split(":") for p in env.get("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "").split(",") if p)
@@ -478,7 +479,7 @@ def test_kafka_client_listener_speaks_what_the_cluster_profile_asks():
         if mechanism:
             assert mechanism in env.get("KAFKA_SASL_ENABLED_MECHANISMS", "").split(","), (
                 f"docker/compose.yaml: service {name}, key KAFKA_SASL_ENABLED_MECHANISMS: lacks {mechanism} "
-                f"(conf/loglake.yaml profiles.cluster.kafka.client.sasl.mechanism)")
+                f"(conf/loglake.yaml profiles.cluster.kafka.security.mechanism)")
 
 
 def test_kafka_image_is_the_broker_version_setup_resolves():
