@@ -144,7 +144,7 @@ def test_unset_secret_is_an_error_not_empty(conf, monkeypatch):
 
 def test_cluster_profile_expands_environment(conf, monkeypatch):
     for var, val in {"LOGLAKE_KAFKA_BOOTSTRAP": "b1:9096", "LOGLAKE_KAFKA_USERNAME": "u",
-                     "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_KAFKA_JAAS": "j", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
+                     "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
                      "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn",
                      "LOGLAKE_KAFKA_CA_FILE": "/ca.pem", "LOGLAKE_S3_ENDPOINT": "http://minio:9000",
                      "LOGLAKE_AWS_REGION": "eu-west-1", "LOGLAKE_DDB_TABLE": "delta_log",
@@ -152,6 +152,8 @@ def test_cluster_profile_expands_environment(conf, monkeypatch):
         monkeypatch.setenv(var, val)
     c = load_config(conf, profile="cluster")
     assert c.kafka_client_conf()["sasl.password"] == "p"
+    assert c.kafka_client_conf()["ssl.ca.location"] == c.kafka_java_conf()["ssl.truststore.location"] == "/ca.pem"
+    assert 'username="u" password="p";' in c.kafka_java_conf()["sasl.jaas.config"]
     assert c.table_path("job_views", "speed") == "s3a://b/lake/speed/job_views"
     assert c.profile.spark.conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
     assert c.profile.spark.conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "delta_log"
