@@ -383,6 +383,20 @@ class KafkaSettings(_Strict):
 class LakeSettings(_Strict):
     root: str | None = None         # default: <state>/lake; any Hadoop-compatible URI
     checkpoints: str | None = None  # default: <state>/checkpoints
+    # Where the dataset leases live (one writer per dataset, ``loglake.locks``): a directory
+    # every writer and stream can flock, so a filesystem path. Default: <root>/_loglake_locks,
+    # which only a filesystem lake has; an object-store lake needs it set (a shared mount).
+    locks: str | None = None
+
+    @model_validator(mode="after")
+    def _locks_on_a_filesystem(self) -> "LakeSettings":
+        if self.locks is not None and "://" in self.locks and not self.locks.startswith("file:"):
+            raise KeyedValueError("locks", f"{self.locks!r} is not a filesystem path (expected a directory every "
+                                  "writer mounts: leases are taken with flock)")
+        if self.locks is None and self.root and "://" in self.root and not self.root.startswith("file:"):
+            raise KeyedValueError("locks", f"the lake root {self.root} is an object store: set lake.locks to a "
+                                  "directory every writer mounts (the dataset leases need a filesystem)")
+        return self
 
 
 class SparkSettings(_Strict):
@@ -471,6 +485,11 @@ class Config:
     @property
     def lake_root(self) -> str:
         return self.profile.lake.root or str(self.home / "lake")
+
+    @property
+    def lock_root(self) -> str:
+        """Directory of the dataset leases (``lake.locks``, else beside the tables)."""
+        return (self.profile.lake.locks or f"{self.lake_root.rstrip('/')}/_loglake_locks").removeprefix("file:")
 
     @property
     def checkpoint_root(self) -> str:

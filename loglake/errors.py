@@ -272,4 +272,6 @@ def retriable_kafka_codes() -> set[int]:
             KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
             # A cluster's node went away while a request waited on it (its handle is
             # decommissioned); the partition's new leader answers the next attempt.
-            KafkaError._DESTROY_BROKER}
+            KafkaError._DESTROY_BROKER,
+            # A partition's new leader whose high watermark has not caught up yet.
+            KafkaError.OFFSET_NOT_AVAILABLE}

@@ -2,7 +2,8 @@
 commands take before they write a dataset's tables, so they take turns instead of
 failing each other's Delta commits.
 
-The lease is a small JSON file per dataset under the lake root (``_loglake_locks/``):
+The lease is a small JSON file per dataset in ``lake.locks`` (default: ``_loglake_locks/``
+under a filesystem lake root; an object-store lake names a shared mount there):
 holder (operation, run id), host, pid, token, when it was taken and until when it holds.
 Reading and changing it happens under an exclusive ``flock`` of a guard file beside it,
 so taking, renewing, breaking and releasing are atomic on a filesystem shared by every
@@ -24,8 +25,8 @@ its next micro-batch (``wait_while_paused``) until the request is gone, expired,
 holder died. A batch the stream had already begun still lands; the commit it fails is
 retried, and by then the stream waits.
 
-An object-store lake root needs a lease store with conditional writes; this one needs a
-filesystem.
+An object-store lake root keeps its leases on a filesystem all writers mount
+(``lake.locks``): flock needs one.
 """
 
 from __future__ import annotations
@@ -55,10 +56,8 @@ DEFAULT_WAIT_SECONDS = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", "900"
 
 
 def lock_dir(config) -> Path:
-    root = config.lake_root
-    if "://" in root and not root.startswith("file:"):
-        raise NotImplementedError(f"dataset leases need a filesystem lake root, not {root}")
-    return Path(root.removeprefix("file:")) / "_loglake_locks"
+    """``lake.locks``: a filesystem every writer shares (beside the tables by default)."""
+    return Path(config.lock_root)
 
 
 def _created(pid: int) -> float | None:
@@ -223,7 +222,7 @@ def holders(config, datasets) -> dict[str, dict]:
     for name in datasets:
         try:
             held = DatasetLock(config, name).holder()
-        except (OSError, NotImplementedError):
+        except OSError:
             held = None
         if held:
             out[name] = held
@@ -261,7 +260,7 @@ def appends_pause(config, dataset: str) -> dict | None:
     """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
     try:
         request = json.loads(_pause_path(config, dataset).read_text())
-    except (FileNotFoundError, ValueError, NotImplementedError):
+    except (FileNotFoundError, ValueError):
         return None
     return None if DatasetLock.stale(request) else request
 

@@ -723,3 +723,23 @@ def test_health_checks_name_roles_the_helper_knows():
                 assert rest[1] in helper.CHECKS, (
                     f"docker/compose.yaml: service {name}, key healthcheck.test: role {rest[1]!r} unknown to "
                     f"docker/loglake-container.py ({', '.join(helper.CHECKS)})")
+
+
+def test_every_writer_shares_the_lease_directory():
+    """The dataset leases live on a filesystem (flock), the lake on S3: the streams (which
+    hold their appends for a writer) and the Airflow workers (which take the leases) mount
+    one volume at LOGLAKE_LOCK_ROOT, and the api-server (whose page shows the holders) too."""
+    root = environment(services()["speed-job-views"]).get("LOGLAKE_LOCK_ROOT")
+    assert root, "docker/compose.yaml: LOGLAKE_LOCK_ROOT is not set for the speed streams"
+    writers = [n for n in services() if n.startswith(("speed-", "airflow-worker-"))] + ["airflow-api-server"]
+    assert len(writers) >= 5
+    volumes = set()
+    for name in writers:
+        svc = services()[name]
+        assert environment(svc).get("LOGLAKE_LOCK_ROOT") == root, f"service {name}: LOGLAKE_LOCK_ROOT differs"
+        mounts = {str(v).rpartition(":")[2]: str(v).partition(":")[0] for v in svc.get("volumes", [])}
+        assert root in mounts, f"docker/compose.yaml: service {name} does not mount a volume at {root}"
+        volumes.add(mounts[root])
+    assert len(volumes) == 1 and volumes <= set(compose()["volumes"]), volumes
+    for name in DOCKERFILES:  # the mount point exists, owned by the non-root user, in both images
+        assert any(root in r and "chown" in r for r in runs(name)), f"docker/{name}: {root} not created"

@@ -14,7 +14,7 @@ import pytest
 
 from loglake import locks
 from loglake.config import load_config
-from loglake.errors import WriterBusyError
+from loglake.errors import ConfigError, WriterBusyError
 from loglake.processes import wait_for
 from loglake.sandbox import write_conf
 
@@ -108,3 +108,25 @@ def test_the_holder_renews_its_lease(config, monkeypatch):
         held = json.loads(locks.DatasetLock(config, "job_views").path.read_text())
         assert held["expires"] > time.time() and held["run_id"] == "long"
         assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
+
+
+def test_an_object_store_lake_keeps_its_leases_on_the_shared_filesystem_it_names(tmp_path):
+    conf = write_conf(tmp_path, "localhost:9")
+    profile = conf / "loglake.yaml"
+    text = profile.read_text()
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake'}\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path / "state")
+    assert e.value.key == "profiles.test.lake.locks" and "object store" in str(e.value)
+
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake', locks: 's3a://bucket/l'}\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path / "state")
+    assert e.value.key == "profiles.test.lake.locks" and "not a filesystem path" in str(e.value)
+
+    shared = tmp_path / "shared-mount"
+    profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {{root: 's3a://bucket/lake', locks: '{shared}'}}\n", 1))
+    config = load_config(conf, home=tmp_path / "state")
+    with locks.writer(config, "job_views", "batch", "run-1", wait_seconds=0):
+        assert locks.holders(config, ["job_views"])["job_views"]["operation"] == "batch"
+        assert (shared / "job_views.json").exists()
