@@ -1,0 +1,213 @@
+"""C1–C3: the speed layer on the local cluster (``loglake cluster up``) beside embedded mode.
+
+- C1 records/s of the speed layer, the same command in both modes: ``loglake speed run
+  DATASET --available-now`` under spark-submit (records ÷ the micro-batches' processing
+  time, JVM start excluded), on the benchmark dataset (1 KB records, 6 partitions, 200,000
+  per micro-batch). Embedded: one broker, ``local[2]``. Cluster: 3 KRaft nodes (replication
+  factor 3, min ISR 2, the producer's acks=all), a standalone master and 2 workers, the
+  application alone on them with 2 cores (``spark.cores.max``), as ``local[2]`` has.
+- C2 the stream's recovery after the leader of partition 0 is SIGKILLed: the continuous
+  speed stream (supervised, as ``loglake speed start`` runs it) under a steady producer;
+  seconds from the kill until the stream has passed the log end read at the kill.
+- C3 the memory (PSS) of the local cluster: idle after ``cluster up``, and its maximum
+  while C1's application runs (executors included; the driver is reported apart).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bench import workload
+from bench.harness import Harness, median, result
+
+RECORDS = 600_000
+RECORD_BYTES = 1024
+PER_BATCH = 200_000
+KILLS = 3
+RATE = 2000  # records/s while C2 kills the leader
+
+
+def _config(h: Harness, name: str, bootstrap: str, **kwargs):
+    from loglake.config import load_config
+    from loglake.sandbox import write_conf
+
+    base = h.root / name
+    conf = write_conf(base, bootstrap, extra_datasets={workload.DATASET: workload.dataset_file(6)},
+                      speed={"max_offsets_per_trigger": PER_BATCH}, **kwargs)
+    return load_config(conf, home=base / "state")
+
+
+class _PeakPss:
+    """Samples the PSS of some process trees every half second, keeps the maximum."""
+
+    def __init__(self, roots):
+        self.roots, self.peak, self._stop = roots, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from loglake.processes import descendants, pss_bytes
+
+        while not self._stop.wait(0.5):
+            procs = set()
+            for pid in self.roots():
+                procs.update(descendants(pid))
+            self.peak = max(self.peak, pss_bytes(procs))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, **kwargs) -> list[dict]:
+    """``loglake speed run --available-now`` over one filled topic, from fresh state each run."""
+    from loglake.kafka_admin import ensure_topic
+    from loglake.streams import SpeedStream
+
+    config = _config(h, f"{name}-produce", bootstrap, **kwargs)
+    ds = config.dataset(workload.DATASET)
+    topic = ensure_topic(config, ds)
+    produced = workload.produce(bootstrap, topic, records, RECORD_BYTES)
+    h.log(f"{name}: {records:,} × {RECORD_BYTES} B produced in {produced:.1f}s")
+    suffix = topic.rpartition("-")[2]
+    runs = []
+    for i in range(h.repeats):
+        run_config = _config(h, f"{name}-run{i}", bootstrap, topic_suffix=suffix, **kwargs)
+        t0 = time.monotonic()
+        sampler = _PeakPss(memory) if memory else None
+        if sampler:
+            sampler.__enter__()
+        try:
+            outcome = SpeedStream(run_config, run_config.dataset(workload.DATASET)).run_available_now()
+        finally:
+            if sampler:
+                sampler.__exit__()
+        if not outcome.ok or outcome.summary.get("records") != records:
+            raise RuntimeError(f"{name} speed run {i}: {outcome.summary} (log {outcome.log})")
+        s = outcome.summary
+        run = {"records_per_second": s["records_per_second"], "records": s["records"], "batches": s["batches"],
+               "processing_seconds": s["processing_seconds"], "wall_seconds": round(time.monotonic() - t0, 1),
+               "produce_seconds": round(produced, 1)}
+        if sampler:
+            run["cluster_peak_pss_bytes"] = sampler.peak
+        h.log(f"  {name} speed run {i}: {run['records_per_second']:,} rec/s over {run['batches']} micro-batches, "
+              f"wall {run['wall_seconds']}s")
+        runs.append(run)
+    return runs
+
+
+def _recovery(h: Harness, cluster, config) -> list[float]:
+    """Seconds from each leader kill until the stream passed the log end at the kill."""
+    from confluent_kafka.admin import AdminClient
+
+    from loglake.kafka_admin import end_offsets, ensure_topic
+    from loglake.processes import wait_for
+    from loglake.streams import SpeedStream
+    from soak.scenarios import caught_up
+
+    ds = config.dataset(workload.DATASET)
+    topic = ensure_topic(config, ds)
+    stop = threading.Event()
+
+    def ingest():
+        while not stop.is_set():
+            workload.produce(config.kafka.bootstrap_servers, topic, RATE, RECORD_BYTES, rate=RATE)
+
+    stream = SpeedStream(config, ds)
+    stream.start()
+    producer = threading.Thread(target=ingest, daemon=True)
+    seconds = []
+    try:
+        stream.wait_first_batch(300)
+        producer.start()
+        for i in range(KILLS):
+            time.sleep(10)
+            md = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers}).list_topics(topic, timeout=15)
+            leader = md.topics[topic].partitions[0].leader
+            cluster.kafka_nodes()[leader - 1].kill()
+            killed = time.monotonic()
+            ends = end_offsets(config, topic)
+            wait_for(lambda: caught_up(config, ds, ends), 300, "the stream to pass the log end at the kill",
+                     interval=0.5, log=stream.process)
+            seconds.append(round(time.monotonic() - killed, 1))
+            h.log(f"  leader kill {i + 1} (node {leader}): the stream passed the log end at the kill "
+                  f"{seconds[-1]}s later")
+            cluster.up(say=lambda _line: None)  # the node back before the next kill
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join(60)
+        stream.stop()
+    return seconds
+
+
+def run(h: Harness, only: set[str] | None = None) -> list[dict]:
+    from loglake.cluster import LocalCluster
+    from loglake.processes import free_ports
+
+    want = {m for m in ("C1", "C2", "C3") if only is None or m in only}
+    if not want:
+        return []
+    h.stop_spark()  # the cores go to the clusters' JVMs
+    records = max(PER_BATCH, int(RECORDS * (0.2 if h.quick else 1.0)))
+    out = []
+    embedded = _speed_runs(h, "embedded", h.bootstrap, records) if "C1" in want else []
+
+    *ports, master_port = free_ports(4)
+    cluster_kw = dict(kafka={"embedded": True, "replication_factor": 3, "min_insync_replicas": 2},
+                      spark={"master": f"spark://127.0.0.1:{master_port}", "executor_memory": "1g",
+                             "conf": {"spark.cores.max": "2"}},
+                      local_cluster={"spark_workers": 2, "worker_cores": 2, "worker_memory": "2g"})
+    bootstrap = ",".join(f"localhost:{p}" for p in ports)
+    config = _config(h, "cluster", bootstrap, **cluster_kw)
+    cluster = LocalCluster(config)
+    t0 = time.monotonic()
+    cluster.up(say=lambda _line: None)
+    up_seconds = time.monotonic() - t0
+    try:
+        time.sleep(5)
+        idle = cluster.memory_bytes()
+        h.log(f"cluster up in {up_seconds:.1f}s, {idle / 2**20:,.0f} MiB PSS idle")
+        on_cluster = _speed_runs(h, "cluster", bootstrap, records, memory=cluster.pids, **cluster_kw) \
+            if want & {"C1", "C3"} else []
+        kills = _recovery(h, cluster, _config(h, "cluster-c2", bootstrap, **cluster_kw)) if "C2" in want else []
+    finally:
+        cluster.down(say=lambda _line: None)
+
+    if "C1" in want:
+        emb = median([r["records_per_second"] for r in embedded])
+        clu = median([r["records_per_second"] for r in on_cluster])
+        m = result("C1", "speed layer on the local cluster (records/s)", clu, "records/s",
+                   reference={"embedded records/s": emb},
+                   runs=[{"embedded": e, "cluster": c} for e, c in zip(embedded, on_cluster)],
+                   detail={"records": records, "record_bytes": RECORD_BYTES, "partitions": 6,
+                           "max_offsets_per_trigger": PER_BATCH, "cluster_over_embedded": round(clu / emb, 3)},
+                   chart={"kind": "bar", "labels": ["embedded (1 broker, local[2])",
+                                                    "local cluster (3 brokers RF 3, 2 workers)"],
+                          "values": [emb, clu], "ylabel": "records/s (1 KB, 6 partitions)"})
+        m["summary"] = f"cluster {clu:,.0f} rec/s vs embedded {emb:,.0f} rec/s (× {clu / emb:.2f})"
+        out.append(m)
+    if "C2" in want:
+        m = result("C2", "stream recovery after the leader broker's SIGKILL", median(kills), "s",
+                   runs=[{"kill": i + 1, "seconds": s} for i, s in enumerate(kills)],
+                   detail={"kills": KILLS, "rate_records_per_second": RATE, "max_seconds": max(kills)},
+                   chart={"kind": "bar", "labels": [f"kill {i + 1}" for i in range(len(kills))], "values": kills,
+                          "ylabel": "seconds until past the log end at the kill"})
+        m["summary"] = f"median {median(kills)}s, max {max(kills)}s over {len(kills)} kills at {RATE} rec/s"
+        out.append(m)
+    if "C3" in want:
+        peak = median([r["cluster_peak_pss_bytes"] for r in on_cluster]) if on_cluster else None
+        gib = lambda b: round(b / 2**30, 2)  # noqa: E731
+        m = result("C3", "memory of the local cluster (PSS)", gib(idle), "GiB",
+                   detail={"idle_bytes": idle, "peak_during_speed_run_bytes": peak, "up_seconds": round(up_seconds, 1),
+                           "nodes": "3 Kafka (512m heap each), Spark master, 2 workers"},
+                   chart={"kind": "bar", "labels": ["idle", "while C1's application runs"],
+                          "values": [gib(idle), gib(peak or 0)], "ylabel": "GiB (PSS)"})
+        m["summary"] = (f"idle {gib(idle)} GiB (3 Kafka nodes, master, 2 workers), "
+                        f"{gib(peak or 0)} GiB at most while the speed layer's executors ran; up in {up_seconds:.0f}s")
+        out.append(m)
+    return out
