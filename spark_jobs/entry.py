@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from typing import Callable
 
 from loglake.config import Config, Dataset, load_config
-from loglake.errors import ConfigError, LoglakeError
+from loglake.errors import ConfigError, KafkaAuthenticationError, LoglakeError
 from loglake.jobs import JobRequest, failure, report, summary_file_of
 from loglake.locks import writer
 from loglake.schemas import check as check_schema
@@ -68,6 +68,13 @@ def known_jvm_error(error: BaseException) -> LoglakeError | None:
     stops restarting the stream instead of failing the same way for ever.
     """
     text = str(error)
+    # The Java client refused by the broker (credentials or TLS; the stream's password changed
+    # under it): permanent, like the confluent-kafka clients' refusal (loglake.kafka_admin).
+    for marker in ("org.apache.kafka.common.errors.SaslAuthenticationException",
+                   "org.apache.kafka.common.errors.SslAuthenticationException"):
+        if marker in text:
+            line = next(line for line in text.splitlines() if marker in line)
+            return KafkaAuthenticationError(f"Kafka refused the job's Kafka client: {line.split(marker, 1)[1].lstrip(': ')}")
     for marker in ("[INVALID_PARAMETER_VALUE.PATTERN]", "java.util.regex.PatternSyntaxException"):
         if marker in text:
             line = next(line for line in text.splitlines() if marker in line)

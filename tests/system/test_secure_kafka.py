@@ -221,6 +221,25 @@ def test_a_client_without_the_right_credentials_or_tls_is_refused(secure, tmp_pa
         assert any(expected in w for w in why), why
 
 
+def test_spark_kafka_source_is_refused_with_a_wrong_password(secure, spark, monkeypatch):
+    """The Java client (Spark's Kafka source, settings from ``Config.kafka_java_conf``) too; its
+    refusal is loglake's permanent KafkaAuthenticationError, so a stream is not restarted for ever."""
+    from loglake.errors import KafkaAuthenticationError
+    from spark_jobs.entry import known_jvm_error
+    from spark_jobs.kafka_source import source_options
+
+    r = secure.loglake("produce", "company_ceos", "--count", "20", "--seed", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    config = secure.config()
+    topic = config.dataset("company_ceos").topic
+    assert spark.read.format("kafka").options(**source_options(config, topic)).load().count() == 20
+    monkeypatch.setenv("LOGLAKE_KAFKA_PASSWORD", "not-the-password")
+    with pytest.raises(Exception) as e:
+        spark.read.format("kafka").options(**source_options(secure.config(), topic)).load().count()
+    known = known_jvm_error(e.value)
+    assert isinstance(known, KafkaAuthenticationError) and "invalid credentials" in str(known), str(e.value)[:500]
+
+
 def test_the_controller_port_wants_a_certificate_the_local_ca_signed(secure):
     props = (secure.home / "kafka" / "server.properties").read_text()
     port = int(re.search(r"CONTROLLER://localhost:(\d+)", props)[1])
