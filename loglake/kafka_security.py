@@ -8,6 +8,7 @@ with SASL/SCRAM over TLS (listener SASL_SSL). What it needs is generated here, o
     ca.key            the CA's private key (0600): signs a new broker certificate before the old expires
     broker.pem        the broker's private key and certificate for localhost and 127.0.0.1 (0600)
     broker.password   the password of the broker's own SCRAM user, generated (0600)
+    formatted         marks storage formatted with that user (a plaintext profile's data is refused)
 
 Two SCRAM users: the broker's own (``loglake-broker``: its inter-broker listener, and how
 loglake checks that the broker answers) is written into the metadata log when the storage
