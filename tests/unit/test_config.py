@@ -145,7 +145,7 @@ def test_unset_secret_is_an_error_not_empty(conf, monkeypatch):
 def test_cluster_profile_expands_environment(conf, monkeypatch):
     for var, val in {"LOGLAKE_KAFKA_BOOTSTRAP": "b1:9096", "LOGLAKE_KAFKA_USERNAME": "u",
                      "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
-                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn",
+                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_LOCK_ROOT": "/locks", "LOGLAKE_SPARK_MASTER": "yarn",
                      "LOGLAKE_KAFKA_CA_FILE": "/ca.pem", "LOGLAKE_S3_ENDPOINT": "http://minio:9000",
                      "LOGLAKE_AWS_REGION": "eu-west-1", "LOGLAKE_DDB_TABLE": "delta_log",
                      "LOGLAKE_CACHE": "/opt/loglake-cache"}.items():
