@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
@@ -215,6 +216,38 @@ def test_worker_killed_during_batch_recompute_completes_exact(cluster):
     assert batch_watermarks(config, ds) == ends
     audit = loglake(env, "audit", ds.name)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def _apps(cluster_: LocalCluster) -> Counter:
+    """Names of the applications the master has run to completion (how many of each)."""
+    with urllib.request.urlopen(f"{cluster_.master_ui}/json/", timeout=5) as r:
+        return Counter(a["name"] for a in json.load(r).get("completedapps", []))
+
+
+def test_airflow_runs_batch_and_maintenance_on_the_cluster(cluster, airflow_db):
+    """Airflow's tasks spark-submit to the standalone master: the batch run's recompute and
+    quality gate, and maintenance, are applications of the cluster; the tables stay exact."""
+    config, env = cluster
+    ds = config.dataset("company_ceos")
+    ensure_topic(config, ds)
+    produce(config, ds, 300, bad_fraction=0.05, seed=9)
+    ends = end_offsets(config, ds.topic)
+    before = _apps(LocalCluster(config))
+    run = airflow_db.dags_test(config, "loglake_batch")
+    assert run.returncode == 0 and run.state == "success", run.output[-4000:]
+    assert batch_watermarks(config, ds) == ends
+    assert batch_watermarks(config, config.dataset("job_views")) == end_offsets(config, config.dataset("job_views").topic)
+    ran = _apps(LocalCluster(config)) - before
+    assert "loglake-batch-company_ceos" in ran and "loglake-quality-company_ceos" in ran, ran
+
+    before = _apps(LocalCluster(config))
+    run = airflow_db.dags_test(config, "loglake_maintenance")
+    assert run.returncode == 0 and run.state == "success", run.output[-4000:]
+    ran = _apps(LocalCluster(config)) - before
+    assert sorted(ran.elements()) == ["loglake-maintenance-company_ceos", "loglake-maintenance-job_views"], ran
+    for name in ("company_ceos", "job_views"):
+        audit = loglake(env, "audit", name)
+        assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_down_leaves_no_process(cluster):
