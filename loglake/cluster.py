@@ -9,6 +9,12 @@ Kafka jars of ``make setup``, the Spark of the pyspark wheel), all on loopback, 
 
 The workers start with an environment that does not carry the repo: the jobs' code
 reaches their executors only the way Spark ships it (``--py-files``, ``loglake.launch``).
+
+With ``kafka.security`` the nodes run as the secured embedded broker does (SASL_SSL client
+and inter-broker listeners, the controller quorum over TLS with client certificates), all
+three from one CA, certificate and broker password under ``<state>/cluster/kafka/security``
+(``loglake.kafka_security``), generated once before the nodes start; the client user is
+set once the quorum answers.
 """
 
 from __future__ import annotations
@@ -51,6 +57,12 @@ class LocalCluster:
         self.root = config.home / "cluster"
         self.master_host, self.master_port = "127.0.0.1", int(m.group(2))
         self._state = self._load_state()
+        self.security = None
+        if config.kafka.security is not None:
+            from loglake.kafka_security import BrokerSecurity
+
+            # Shared by the nodes: one CA, one broker certificate, one broker password.
+            self.security = BrokerSecurity(config.broker_home, config.kafka.security)
 
     # -- what it is made of ----------------------------------------------------------------
 
@@ -96,7 +108,7 @@ class LocalCluster:
         voters = {i + 1: c for i, c in enumerate(controllers)}
         return [EmbeddedKafka(self.root / f"kafka-{i + 1}", port=p, controller_port=controllers[i],
                               heap=self.settings.kafka_heap, node_id=i + 1, voters=voters,
-                              cluster_id=self._state["cluster_id"])
+                              cluster_id=self._state["cluster_id"], security=self.security)
                 for i, p in enumerate(ports)]
 
     def master(self) -> Managed:
@@ -118,12 +130,16 @@ class LocalCluster:
             if port_open(node.port):
                 raise PortInUseError(f"cannot start Kafka node {node.node_id} on {node.bootstrap}: the port is "
                                      f"already in use", node.port)
+        if self.security is not None and launched:
+            self.security.prepare()  # once, before the nodes launch side by side and read it
         # Each launch formats its storage first (a JVM of its own): side by side.
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             list(pool.map(EmbeddedKafka.launch, launched))
         # A node answers only once a quorum of voters runs: all are launched first.
         for node in nodes:
             node.wait_ready(_left(deadline))
+        if self.security is not None:
+            self.security.set_client_user(self.bootstrap)  # once the quorum is up: the password now
         say(f"kafka: {len(nodes)} nodes {'started' if launched else 'already running'} at {self.bootstrap}")
         self._start_spark(deadline, say)
 

@@ -451,15 +451,9 @@ class Profile(_Strict):
     lake: LakeSettings = Field(default_factory=LakeSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     speed: SpeedSettings = Field(default_factory=SpeedSettings)
-    # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster).
+    # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster); with
+    # ``kafka.security`` its three nodes are secured as the embedded broker is.
     local_cluster: LocalClusterSettings | None = None
-
-    @model_validator(mode="after")
-    def _cluster_is_plaintext(self) -> "Profile":
-        if self.local_cluster is not None and self.kafka.security is not None:
-            raise KeyedValueError("kafka.security", "the local cluster's nodes listen in plaintext; kafka.security "
-                                                    "is for the embedded broker (local-secure) or an external cluster")
-        return self
 
 
 # --- the whole configuration ----------------------------------------------------------
@@ -524,11 +518,18 @@ class Config:
     @property
     def kafka_ca_file(self) -> str | None:
         """The CA file loglake's Kafka clients trust: ``kafka.security.ca_file``, else (embedded
-        broker) the one loglake generated under the state directory; None without security."""
+        broker) the one loglake generated under the state directory (``<state>/cluster/`` for the
+        nodes of a local cluster, which share it); None without security."""
         sec = self.kafka.security
         if sec is None:
             return None
-        return sec.ca_file or str(embedded_ca_file(self.home))
+        return sec.ca_file or str(embedded_ca_file(self.broker_home))
+
+    @property
+    def broker_home(self) -> Path:
+        """Where the embedded broker's security files live under (``<home>/kafka/security``):
+        the state directory, or ``<state>/cluster`` for the local cluster's nodes."""
+        return self.home / "cluster" if self.profile.local_cluster is not None else self.home
 
     def kafka_client_conf(self, **extra: Any) -> dict[str, Any]:
         """Settings for a confluent-kafka client: bootstrap, security, then ``extra``.

@@ -19,6 +19,9 @@ changed password takes effect at the next ``loglake kafka start``.
 
 The controller listener speaks TLS and asks for a client certificate: only holders of a
 key the local CA signed (the broker itself) reach it.
+
+The nodes of a local cluster (``loglake.cluster``) share one ``BrokerSecurity`` whose home is
+``<state>/cluster``: one CA, certificate and broker password, prepared once before they start.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import datetime as dt
 import ipaddress
 import os
 import secrets
+import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +61,7 @@ def ca_file(home: Path) -> Path:
 
 def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write ``path`` atomically, created with ``mode`` (never briefly readable by others)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as out:
@@ -248,7 +253,10 @@ class BrokerSecurity:
     def format_arguments(self) -> Iterator[str]:
         """``@<file>`` for Kafka's storage tool: the broker user's SCRAM credential, in a file
         (0600, deleted after) rather than on the command line."""
-        path = self.directory / f".format-args.{os.getpid()}"
+        # A file of its own per call: the nodes of a local cluster format side by side.
+        fd, name = tempfile.mkstemp(prefix=".format-args.", dir=self.directory)  # mode 0600
+        os.close(fd)
+        path = Path(name)
         own = self.own()
         write_private(path, "--add-scram\n{}=[name={},iterations={},password={}]\n".format(
             self.mechanism, BROKER_USER, SCRAM_ITERATIONS, own.password.get_secret_value()).encode())

@@ -102,14 +102,15 @@ def test_bad_security_is_refused_at_load_naming_the_key(conf, mutate, key, fragm
     assert fragment in str(e.value)
 
 
-def test_a_local_cluster_is_not_secured(conf):
+def test_a_local_cluster_can_be_secured(conf):
+    """kafka.security on local-cluster: its nodes share one CA under <state>/cluster."""
     path = conf / "loglake.yaml"
     data = yaml.safe_load(path.read_text())
     data["profiles"]["local-cluster"]["kafka"]["security"] = data["profiles"]["local-secure"]["kafka"]["security"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ConfigError, match="listen in plaintext") as e:
-        load_config(conf, profile="local-cluster")
-    assert e.value.key == "profiles.local-cluster.kafka.security"
+    c = load_config(conf, profile="local-cluster", home=conf / "state")
+    assert c.kafka_ca_file == str(conf / "state" / "cluster" / "kafka" / "security" / "ca.pem")
+    assert c.kafka_client_conf()["security.protocol"] == "SASL_SSL"
 
 
 def test_no_profile_in_conf_writes_a_secret():
