@@ -74,7 +74,9 @@ def kafka_status(config: Config) -> int:
     from loglake.kafka_admin import list_topics, log_bounds
 
     topics = list_topics(config)
-    print(f"kafka: {config.kafka.bootstrap_servers} answers; {len(topics)} topic(s)")
+    sec = config.kafka.security
+    how = f" ({sec.protocol}, {sec.mechanism} as {sec.username})" if sec else ""
+    print(f"kafka: answers at {config.kafka.bootstrap_servers}{how}; {len(topics)} topic(s)")
     for topic in sorted(topics):
         bounds = log_bounds(config, topic)
         total = sum(hi - lo for lo, hi in bounds.values())

@@ -104,6 +104,7 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
         loglake(config, "produce", "job_views", "--count", "60", "--quiet")
         status = loglake(config, "kafka", "status")
         assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith(f"kafka: answers at localhost:{port};")
         assert f"{config.dataset('job_views').topic}: 6 partition(s), 60 retained offset(s)" in status.stdout
     finally:
         stop = loglake(config, "kafka", "stop")

@@ -155,7 +155,7 @@ def test_kafka_start_runs_sasl_ssl_and_status_names_its_address(secure):
     assert again.returncode == 0 and f"already running at localhost:{secure.port}" in again.stdout
     status = secure.loglake("kafka", "status")
     assert status.returncode == 0, status.stderr
-    assert status.stdout.startswith(f"kafka: localhost:{secure.port} answers")
+    assert status.stdout.startswith(f"kafka: answers at localhost:{secure.port} (SASL_SSL, SCRAM-SHA-512 as ")
 
     props = (secure.home / "kafka" / "server.properties").read_text()
     assert f"listeners=SASL_SSL://localhost:{secure.port},CONTROLLER://" in props
