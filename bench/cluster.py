@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import nullcontext
 
 from bench import workload
 from bench.harness import Harness, median, result
@@ -78,14 +79,8 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
     for i in range(h.repeats):
         run_config = _config(h, f"{name}-run{i}", bootstrap, topic_suffix=suffix, **kwargs)
         t0 = time.monotonic()
-        sampler = _PeakPss(memory) if memory else None
-        if sampler:
-            sampler.__enter__()
-        try:
+        with _PeakPss(memory) if memory else nullcontext() as sampler:
             outcome = SpeedStream(run_config, run_config.dataset(workload.DATASET)).run_available_now()
-        finally:
-            if sampler:
-                sampler.__exit__()
         if not outcome.ok or outcome.summary.get("records") != records:
             raise RuntimeError(f"{name} speed run {i}: {outcome.summary} (log {outcome.log})")
         s = outcome.summary
