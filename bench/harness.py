@@ -107,7 +107,11 @@ def result(id: str, title: str, value: float, unit: str, *, goal: str | None = N
 
     ``chart`` is drawn by ``draw_chart``: ``{"kind": "bar", "labels": [...], "values": [...],
     "ylabel": ...}``, ``{"kind": "lines", "x": [...], "series": {label: [...]}, "xlabel": ...,
-    "ylabel": ...}`` or ``{"kind": "panels", "panels": [bar-or-lines, ...]}``.
+    "ylabel": ...}``, ``{"kind": "hbar", "labels": [...], "segments": {name: [...]}, "left": [...],
+    "notes": [...], "colors": {name: color}, "xlabel": ...}`` (horizontal bars, one per label,
+    its segments stacked from ``left``: a timeline when ``left`` holds start times; ``notes`` at
+    the bars' ends, their lengths by default) or ``{"kind": "panels", "panels": [spec, ...]}``;
+    a panel may give its ``width`` (inches, 5.5 by default), the spec its ``height`` (4).
     """
     return {"id": id, "title": title, "value": value, "unit": unit, "goal": goal, "met": met,
             "reference": reference or {}, "runs": runs or [], "detail": detail or {}, "chart": chart}
@@ -142,8 +146,13 @@ def draw_chart(metric: dict, path: Path, machine_line: str) -> Path | None:
     import matplotlib.pyplot as plt
 
     panels = spec["panels"] if spec["kind"] == "panels" else [spec]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    widths = [p.get("width", 5.5) for p in panels]  # inches; a panel may ask for more
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), spec.get("height", 4)), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
     for ax, p in zip(axes[0], panels):
+        if p["kind"] == "hbar":
+            _hbar(ax, p)
+            continue
         if p["kind"] == "bar":
             bars = ax.bar(p["labels"], p["values"], color=p.get("colors"))
             ax.bar_label(bars, labels=[_short(v) for v in p["values"]], fontsize=8)
@@ -169,6 +178,31 @@ def draw_chart(metric: dict, path: Path, machine_line: str) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _hbar(ax, p: dict) -> None:
+    """Horizontal bars, one per label, each a stack of segments starting at ``left`` (0 by default)."""
+    y = list(range(len(p["labels"])))
+    start = [v or 0 for v in p.get("left") or [0] * len(y)]
+    left = list(start)
+    colors = p.get("colors") or {}
+    for name, values in p["segments"].items():
+        values = [v or 0 for v in values]
+        if any(values):
+            ax.barh(y, values, left=left, label=name, height=0.7, color=colors.get(name))
+        left = [a + b for a, b in zip(left, values)]
+    notes = p.get("notes") or [_short(end - s) for s, end in zip(start, left)]  # by default each bar's length
+    for yi, end, note in zip(y, left, notes):
+        ax.annotate(note, (end, yi), textcoords="offset points", xytext=(3, -3), fontsize=7)
+    ax.set_yticks(y, p["labels"], fontsize=7)
+    ax.invert_yaxis()
+    if p.get("goal") is not None:
+        ax.axvline(p["goal"], color="grey", linestyle="--", linewidth=1, label="goal")
+    ax.set_xlabel(p.get("xlabel", ""))
+    ax.set_title(p.get("title", ""), fontsize=9)
+    ax.set_xlim(0, max(left, default=0) * 1.12 or None)  # room for the notes
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, frameon=False)
 
 
 def _short(v: float) -> str:
