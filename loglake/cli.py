@@ -191,7 +191,8 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
         rate = summary.get("records_per_second")
         print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
               f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
-              f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s with JVM start; "
+              f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s in all "
+              f"({'in the shared Spark application' if summary.get('shared_application') else 'with JVM start'}); "
               f"run {run_id}")
         quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
     code = print_quality(ds, quality)

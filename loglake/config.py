@@ -404,6 +404,9 @@ class SparkSettings(_Strict):
     driver_memory: str = "2g"
     executor_memory: str | None = None  # a cluster's executors (default: Spark's, 1g)
     conf: dict[str, str] = Field(default_factory=dict)
+    # `loglake up` runs one long-lived Spark application that the DAG tasks' and the CLI's
+    # batch-side jobs share (loglake.jobserver); false: each job is a spark-submit of its own.
+    shared_application: bool = True
 
 
 _MEMORY = re.compile(r"^\d+[kmgt]$")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -169,3 +170,20 @@ def read_summary_file(path: str | Path) -> dict | None:
         return read_summary(Path(path).read_text())
     except FileNotFoundError:
         return None
+
+
+class Phases:
+    """Seconds per named phase of a job, for its summary (``phases``): ``with phases("write"):``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        import time
+
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - t0, 3)

@@ -80,26 +80,18 @@ def loopback(config: Config) -> bool:
     return is_local(config) or master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
 
 
-CODE_PACKAGES = ("loglake", "spark_jobs")
-
-
 def code_archive(config: Config) -> Path:
     """The project's Python code as one zip for ``--py-files``: how it reaches a cluster's
     executors (they do not share the driver's checkout). Named by a hash of its content,
     built once per change under ``<state>/dist``."""
-    import hashlib
     import zipfile
 
-    files = sorted(f for pkg in CODE_PACKAGES for f in (paths.REPO_ROOT / pkg).rglob("*.py"))
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(str(f.relative_to(paths.REPO_ROOT)).encode() + b"\0" + f.read_bytes())
-    target = config.home / "dist" / f"loglake-code-{digest.hexdigest()[:16]}.zip"
+    target = config.home / "dist" / f"loglake-code-{paths.code_digest()}.zip"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-            for f in files:
+            for f in paths.code_files():
                 z.write(f, str(f.relative_to(paths.REPO_ROOT)))
         tmp.replace(target)
     return target
@@ -122,6 +114,27 @@ def job_env(config: Config) -> dict[str, str]:
     return env
 
 
+def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool]:
+    """Start the shared Spark application (``loglake.jobserver``) unless it runs, supervised
+    like a speed stream; (pid, whether started now). With ``wait``, until it answers."""
+    from loglake import jobserver
+    from loglake.processes import wait_for
+
+    managed = jobserver.process(config)
+    running = managed.pid()
+    if running:
+        return running, False
+    jobserver.address_file(config).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "loglake.processes",
+           *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "server.py"), [], "loglake-jobs",
+                           {"spark.scheduler.mode": "FAIR"})]
+    pid = managed.start(cmd, env=job_env(config))
+    if wait:
+        wait_for(lambda: jobserver.ping(config), wait, "the shared Spark application to answer", interval=0.5,
+                 log=managed)
+    return pid, True
+
+
 def application(job: str) -> str:
     """The file spark-submit runs for ``job``."""
     return str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py")
@@ -129,15 +142,22 @@ def application(job: str) -> str:
 
 def spark_submit(config: Config, request: JobRequest) -> list[str]:
     """``spark-submit`` for ``request`` with the profile's master, jars and settings."""
-    conf = spark_conf(config)
+    return submit_command(config, application(request.job), request.argv(), f"loglake-{request.job}")
+
+
+def submit_command(config: Config, app: str, argv: list[str], name: str,
+                   extra: dict[str, str] | None = None) -> list[str]:
+    """``spark-submit`` of ``app`` with ``argv``: the profile's master, jars and settings
+    (then ``extra``)."""
+    conf = {**spark_conf(config), **(extra or {})}
     cmd = [spark_submit_bin(), "--master", config.profile.spark.master,
            "--driver-memory", conf.pop("spark.driver.memory"),
-           "--jars", conf.pop("spark.jars"), "--name", f"loglake-{request.job}"]
+           "--jars", conf.pop("spark.jars"), "--name", name]
     if not is_local(config):
         cmd += ["--py-files", str(code_archive(config))]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
-    return cmd + [application(request.job), *request.argv()]
+    return cmd + [app, *argv]
 
 
 def submit_spec(config: Config, job: str) -> dict:
@@ -180,14 +200,27 @@ def job_log(config: Config, request: JobRequest) -> Path:
 
 
 def run_job(config: Config, request: JobRequest) -> JobOutcome:
-    """Run ``request`` under spark-submit and wait; its output goes to a log file (JVM and
+    """Run ``request`` and wait: in the shared Spark application when it runs
+    (``loglake.jobserver``), else under spark-submit. Its output goes to a log file (JVM and
     Spark warnings included), its answer comes back as the summary."""
+    from loglake import jobserver
+    from loglake.locks import current_token
+
     log = job_log(config, request)
     log.parent.mkdir(parents=True, exist_ok=True)
-    summary_file = log.with_suffix(".summary")
-    request = request.with_summary_file(summary_file)
     if request.progress_file:
         Path(request.progress_file).parent.mkdir(parents=True, exist_ok=True)
+    if request.job in jobserver.SERVED:
+        with open(log, "a") as out:
+            def output(text: str) -> None:
+                out.write(text)
+                out.flush()
+
+            shared = jobserver.submit(config, request, output, lease=current_token())
+        if shared is not None:
+            return JobOutcome(shared[0], shared[1], log)
+    summary_file = log.with_suffix(".summary")
+    request = request.with_summary_file(summary_file)
     with open(log, "ab") as out:
         proc = subprocess.run(spark_submit(config, request), env=job_env(config), stdout=out,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

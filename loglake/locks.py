@@ -11,7 +11,9 @@ writer (one machine, or a shared mount). The holder renews the lease from a thre
 few seconds; a holder that crashed stops renewing and its lease is broken once expired —
 at once when it ran on this host and its pid is gone. A crashed holder never blocks for
 ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
-the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease.
+the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease; a job the
+shared Spark application runs for a holder gets it with the request (``inherited``), and
+the lease of each job thread stays its own (``_TOKEN``, a context variable).
 
 The speed stream is not a holder: it appends while the others run. Delta lets a commit
 that only adds files (the stream's appends, an OPTIMIZE) land beside any other; but the
@@ -31,6 +33,7 @@ An object-store lake root keeps its leases on a filesystem all writers mount
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import json
 import os
@@ -53,6 +56,9 @@ TTL_SECONDS = 60.0
 RENEW_SECONDS = 10.0
 # How long a writer waits for the holder before failing (transient: Airflow retries it).
 DEFAULT_WAIT_SECONDS = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", "900"))
+# The lease this thread writes under: the environment is the whole process's, and the shared
+# Spark application runs several jobs at once (each in its own thread).
+_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loglake_lock_token", default=None)
 
 
 def lock_dir(config) -> Path:
@@ -164,19 +170,27 @@ class DatasetLock:
                 self.path.unlink(missing_ok=True)
 
 
+def current_token() -> str | None:
+    """The lease this thread (or this process, from its parent) writes under, if any."""
+    return _TOKEN.get() or os.environ.get(TOKEN_ENV)
+
+
 @contextmanager
 def writer(config, dataset: str, operation: str, run_id: str | None = None,
-           wait_seconds: float | None = None, say=None) -> Iterator[str]:
+           wait_seconds: float | None = None, say=None, inherited: str | None = None,
+           export: bool = True) -> Iterator[str]:
     """Hold the dataset's lease for the block (waiting up to ``wait_seconds`` for another
-    holder); yields the token, also set in ``LOGLAKE_LOCK_TOKEN`` for the jobs it starts.
+    holder); yields the token, also set in ``LOGLAKE_LOCK_TOKEN`` for the jobs it starts
+    (unless ``export`` is false: a thread of a process that runs several jobs at once).
 
-    Re-entrant through the token: inside a holder (the token in the environment is the
-    lease's), the block runs under the same lease and leaves it to its owner.
+    Re-entrant through the token: inside a holder (``inherited``, else this thread's lease,
+    else the token in the environment), the block runs under the same lease and leaves it to
+    its owner.
     """
     if wait_seconds is None:
         wait_seconds = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
     lock = DatasetLock(config, dataset)
-    inherited = os.environ.get(TOKEN_ENV)
+    inherited = inherited or _TOKEN.get() or (os.environ.get(TOKEN_ENV) if export else None)
     started = time.monotonic()
     told = False
     while True:
@@ -192,7 +206,11 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
             told = True
         time.sleep(min(1.0, max(0.05, wait_seconds - waited)))
     if nested:
-        yield token  # under a holder (our parent, or this process already): it renews and releases
+        mark = _TOKEN.set(token)
+        try:
+            yield token  # under a holder (our parent, or this process already): it renews and releases
+        finally:
+            _TOKEN.reset(mark)
         return
     stop = threading.Event()
 
@@ -204,15 +222,19 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
     thread = threading.Thread(target=renew, name=f"loglake-lease-{dataset}", daemon=True)
     thread.start()
     before = os.environ.get(TOKEN_ENV)
-    os.environ[TOKEN_ENV] = token
+    if export:
+        os.environ[TOKEN_ENV] = token
+    mark = _TOKEN.set(token)
     try:
         yield token
     finally:
         stop.set()
-        if before is None:
-            os.environ.pop(TOKEN_ENV, None)
-        else:
-            os.environ[TOKEN_ENV] = before
+        _TOKEN.reset(mark)
+        if export:
+            if before is None:
+                os.environ.pop(TOKEN_ENV, None)
+            else:
+                os.environ[TOKEN_ENV] = before
         lock.release(token)
 
 

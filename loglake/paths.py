@@ -6,6 +6,23 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CODE_PACKAGES = ("loglake", "spark_jobs")
+
+
+def code_files() -> list[Path]:
+    """The project's Python code that Spark jobs run: ``loglake/`` and ``spark_jobs/``."""
+    return sorted(f for pkg in CODE_PACKAGES for f in (REPO_ROOT / pkg).rglob("*.py"))
+
+
+def code_digest() -> str:
+    """A hash of ``code_files``: which code a process runs (the shared Spark application
+    refuses jobs of other code; a cluster's code archive is named by it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in code_files():
+        digest.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def state_home() -> Path:

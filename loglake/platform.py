@@ -1,4 +1,5 @@
-"""The whole platform on one machine: Kafka, every dataset's speed stream, Airflow.
+"""The whole platform on one machine: Kafka, every dataset's speed stream, the shared Spark
+application of the batch-side jobs, Airflow.
 
 ``up`` starts what is not running (each part is idempotent), ``down`` stops everything
 by process group, ``status`` shows every process and, per dataset and partition, the log
@@ -93,14 +94,26 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
     seconds = airflow.start(timeout)
     print(f"airflow: healthy after {seconds:.1f}s at {airflow.url} (logs {config.home / 'logs'}/airflow-*.log)")
     print(f"  log in as {ADMIN_USER} with password {airflow.password()} (kept in {password_file(airflow.home)})")
+    if config.profile.spark.shared_application:
+        # Started last: the streams' and Airflow's start-up have the cores first; a task that
+        # comes before it answers runs under spark-submit.
+        from loglake import jobserver
+        from loglake.launch import start_shared_application
+
+        pid, new = start_shared_application(config)
+        print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
+              f"of the batch-side jobs, log {jobserver.process(config).log_file})")
     print(f"loglake is up ({time.monotonic() - t0:.1f}s): `loglake status` shows it, `loglake down` stops it")
     return 0
 
 
 def down(config: Config) -> int:
     """Stop Airflow (first, so no job starts), the speed streams, then the embedded broker."""
+    from loglake import jobserver
+
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
+    print(f"spark-jobs: {'stopped' if jobserver.stop(config) else 'not running'}")
     stop_streams(config)
     if config.profile.local_cluster is not None:
         from loglake.cluster import LocalCluster
@@ -147,6 +160,12 @@ def status(config: Config) -> int:
         print(f"  {'speed-' + stream.ds.name:<22} {state_label(pid)}"
               + (f"  by a permanent error (not restarted): {failed['error_type']}: "
                  f"{failed['error'].splitlines()[0]}" if failed else ""))
+    if config.profile.spark.shared_application:
+        from loglake import jobserver
+
+        state = jobserver.state(config)
+        ok &= state.startswith("running")
+        print(f"  {'spark-jobs':<22} {state}")
     airflow = _airflow(config)
     st = airflow.status()
     for c, info in st["components"].items():

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset
 from loglake.errors import OffsetError
-from loglake.jobs import JobRequest
+from loglake.jobs import JobRequest, Phases
 from loglake.kafka_admin import dataset_bounds
 from loglake.ledger import batch_watermarks
 from loglake.locks import appends_paused
@@ -65,7 +65,7 @@ def _replace(df: DataFrame, path: str, predicate: str, pause=None) -> None:
 
 
 def _write(spark: SparkSession, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame, validated: DataFrame,
-           batch_path: str, quarantine_path: str, pause) -> dict:
+           batch_path: str, quarantine_path: str, pause, phases: Phases) -> dict:
     """The batch run's writes: valid rows, then its quarantine; the observed counts."""
     # The first write reads, validates and counts (per partition, for the ledger).
     exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
@@ -74,23 +74,27 @@ def _write(spark: SparkSession, ds: Dataset, ranges: list[OffsetRange], raw: Dat
     valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
     if ds.kind == "changelog":
         state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
-        state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
-        _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
-                 f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
+        with phases("read_validate_write"):
+            state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
+        with phases("quarantine"):
+            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
+                     f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
         n = observation.get
     else:
         # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
         predicate = range_predicate(ranges)
-        _replace(valid, batch_path, predicate)
-        n = observation.get
+        with phases("read_validate_write"):
+            _replace(valid, batch_path, predicate)
+            n = observation.get
         where = f"_layer = 'batch' AND ({predicate})"
-        if n["quarantined"]:
-            bad = parse.validate(parse.bad_records(raw, n), ds)
-            _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
-        elif delta_io.table_exists(spark, quarantine_path):
-            delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
-        else:
-            delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+        with phases("quarantine"):
+            if n["quarantined"]:
+                bad = parse.validate(parse.bad_records(raw, n), ds)
+                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
+            elif delta_io.table_exists(spark, quarantine_path):
+                delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
+            else:
+                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
     return n
 
 
@@ -104,12 +108,13 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     summary = {"dataset": ds.name, "run_id": run_id, "ranges": len(ranges), "records": 0, "quarantined": 0}
     if not ranges:
         return {**summary, "seconds": 0.0, "records_per_second": None}
-    check_retained(config, ranges)
-    schema_version = evolution.prepare(spark, config, ds, ("batch",))
-
-    raw = read_ranges(spark, config, ranges)
-    validated = parse.validate(raw, ds)
-    staged = must_stage(config, ds, ranges)
+    phases = Phases()
+    with phases("prepare"):
+        check_retained(config, ranges)
+        schema_version = evolution.prepare(spark, config, ds, ("batch",))
+        raw = read_ranges(spark, config, ranges)
+        validated = parse.validate(raw, ds)
+        staged = must_stage(config, ds, ranges)
     if staged:  # written aside: the quality gate swaps it in when it passes
         batch_path, quarantine_path = (staging_path(config, ds, run_id, layer) for layer in ("batch", "quarantine"))
     else:
@@ -124,20 +129,21 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             "loglake_schema_version": schema_version, "loglake_staged": staged}
     try:
         with delta_io.commit_metadata(spark, meta):
-            n = _write(spark, ds, ranges, raw, validated, batch_path, quarantine_path, pause)
+            n = _write(spark, ds, ranges, raw, validated, batch_path, quarantine_path, pause, phases)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
-    append_ledger(spark, config, [
-        {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
-         "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
-         "run_id": run_id, "state": "written", "schema_version": schema_version} for i, r in enumerate(ranges)])
+    with phases("ledger"):
+        append_ledger(spark, config, [
+            {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
+             "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
+             "run_id": run_id, "state": "written", "schema_version": schema_version} for i, r in enumerate(ranges)])
     seconds = time.monotonic() - started
     records = sum(n[f"records_{i}"] for i in range(len(ranges)))
     quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
     total = records + quarantined
     return {**summary, "records": records, "quarantined": quarantined, "staged": staged,
-            "schema_version": schema_version, "seconds": round(seconds, 3),
+            "schema_version": schema_version, "seconds": round(seconds, 3), "phases": phases.seconds,
             "records_per_second": round(total / seconds) if seconds else None}
 
 

@@ -10,8 +10,9 @@ traceback) or re-raises (anything else: the traceback is what a developer needs)
 
 from __future__ import annotations
 
+import os
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Callable
 
 from loglake.config import Config, Dataset, load_config
@@ -26,24 +27,11 @@ WRITERS = ("batch", "quality", "maintenance", "rebuild", "replay")
 
 
 def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
+    """The job under spark-submit: its own Spark session, stopped at the end; exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     summary_file = summary_file_of(argv)
     try:
-        request = JobRequest.parse(job, argv)
-        config: Config = load_config()
-        ds: Dataset = config.dataset(request.dataset)
-        check_schema(config, ds)  # a breaking schema change: refused before the JVM starts
-        from spark_jobs.session import get_spark
-
-        # One writer per dataset: the lease is taken before the JVM starts (a job that waits
-        # costs no memory) and held until the session stopped.
-        lease = writer(config, ds.name, job, request.run_id) if job in WRITERS else nullcontext()
-        with lease:
-            spark = get_spark(config, f"loglake-{job}-{ds.name}")
-            try:
-                summary = body(spark, config, ds, request)
-            finally:
-                spark.stop()  # drains the listener bus before Python goes away
+        summary = execute(job, argv, body, own_session)
         report(summary, summary_file)
         return 0
     except LoglakeError as e:
@@ -58,6 +46,52 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
             return 2
         report(failure(e), summary_file)
         raise
+
+
+def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, inherited: str | None = None,
+            export: bool = True, before_body: Callable[[], None] | None = None) -> dict:
+    """Parse the request, load the configuration, check the schema and, under the dataset's
+    lease for a writer, run ``body`` in the Spark session ``session(config, name)`` gives
+    (a context manager yielding ``(spark, start_seconds, shared)``). The summary says how
+    long the session took to be ready (``start_seconds``) and whether it was the shared
+    application's (``shared_application``). ``inherited``/``export``: ``locks.writer``'s.
+    """
+    request = JobRequest.parse(job, argv)
+    config: Config = load_config()
+    ds: Dataset = config.dataset(request.dataset)
+    check_schema(config, ds)  # a breaking schema change: refused before the JVM starts
+    # One writer per dataset: the lease is taken before the JVM starts (a job that waits
+    # costs no memory) and held until the session stopped.
+    lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export)
+             if job in WRITERS else nullcontext())
+    with lease:
+        if before_body is not None:
+            before_body()
+        with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
+            summary = body(spark, config, ds, request)
+    return {**summary, "start_seconds": round(start_seconds, 3), "shared_application": shared}
+
+
+@contextmanager
+def own_session(config: Config, name: str):
+    """This process's Spark session (a JVM of its own), stopped after the block; its start
+    counted from spark-submit's (this process's parent's) start."""
+    import time
+
+    import psutil
+
+    from spark_jobs.session import get_spark
+
+    try:
+        since = psutil.Process(os.getppid()).create_time() if os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT") else None
+    except psutil.Error:
+        since = None
+    t0 = time.time()
+    spark = get_spark(config, name)
+    try:
+        yield spark, time.time() - (since or t0), False
+    finally:
+        spark.stop()  # drains the listener bus before Python goes away
 
 
 def known_jvm_error(error: BaseException) -> LoglakeError | None:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from loglake.config import Config, Dataset, Expectation
 from loglake.contracts import QUALITY_RESULTS
 from loglake.errors import ConfigError, OffsetError, QualityGateError
-from loglake.jobs import JobRequest
+from loglake.jobs import JobRequest, Phases
 from loglake.ledger import ledger_path
 from loglake.locks import appends_paused
 from loglake.planning import Plan
@@ -146,37 +146,42 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
     summary = {"dataset": ds.name, "run_id": run_id, "ranges": len(ranges), "expectations": len(ds.quality)}
     if not ranges:
         return {**summary, "published": False, "rows": 0, "failed": [], "warned": [], "seconds": 0.0}
-    written = _written(spark, config, ds, plan, run_id)
-    staged = table_exists(spark, staging_path(config, ds, run_id, "batch"))
-    source = staging_path(config, ds, run_id, "batch") if staged else config.table_path(ds, "batch")
-    rows = spark.read.format("delta").load(source)
-    if ds.kind != "changelog":
-        rows = rows.where(range_predicate(ranges))
+    phases = Phases()
+    with phases("prepare"):
+        written = _written(spark, config, ds, plan, run_id)
+        staged = table_exists(spark, staging_path(config, ds, run_id, "batch"))
+        source = staging_path(config, ds, run_id, "batch") if staged else config.table_path(ds, "batch")
+        rows = spark.read.format("delta").load(source)
+        if ds.kind != "changelog":
+            rows = rows.where(range_predicate(ranges))
     rows = rows.persist()
     try:
-        outcomes = validate_rows(config, ds, rows, f"{ds.name}/{run_id}")
-        count = rows.count()
+        with phases("validate"):
+            outcomes = validate_rows(config, ds, rows, f"{ds.name}/{run_id}")
+            count = rows.count()
     finally:
         rows.unpersist()
     failed = [o for o in outcomes if not o["success"] and o["severity"] == "fail"]
     warned = [o for o in outcomes if not o["success"] and o["severity"] == "warn"]
     published = not failed
     ranges_json = json.dumps([{"partition": r.partition, "start": r.start, "end": r.end} for r in ranges])
-    append(spark, config, QUALITY_RESULTS, [
-        {**o, "dataset": ds.name, "topic": ds.topic, "ranges": ranges_json, "run_id": run_id, "published": published}
-        for o in outcomes], stamp="validated_at")
-    if published:
+    with phases("results"):
+        append(spark, config, QUALITY_RESULTS, [
+            {**o, "dataset": ds.name, "topic": ds.topic, "ranges": ranges_json, "run_id": run_id,
+             "published": published} for o in outcomes], stamp="validated_at")
+    with phases("publish"):
+        if published:
+            if staged:
+                with delta_io.commit_metadata(spark, {"loglake_job": "quality", "loglake_run_id": run_id,
+                                                      "loglake_step": "swap in the validated rows",
+                                                      "loglake_ranges": delta_io.ranges_text(ranges)}):
+                    swap_in(spark, config, ds, ranges, run_id)
+            publish(spark, config, ds, written)
         if staged:
-            with delta_io.commit_metadata(spark, {"loglake_job": "quality", "loglake_run_id": run_id,
-                                                  "loglake_step": "swap in the validated rows",
-                                                  "loglake_ranges": delta_io.ranges_text(ranges)}):
-                swap_in(spark, config, ds, ranges, run_id)
-        publish(spark, config, ds, written)
-    if staged:
-        drop_staging(spark, config, ds, run_id)
+            drop_staging(spark, config, ds, run_id)
     result = {**summary, "published": published, "rows": count, "staged": staged,
               "failed": [_brief(o) for o in failed], "warned": [_brief(o) for o in warned],
-              "seconds": round(time.monotonic() - started, 3)}
+              "seconds": round(time.monotonic() - started, 3), "phases": phases.seconds}
     if failed:
         raise QualityGateError(ds.name, failed, run_id)
     return result

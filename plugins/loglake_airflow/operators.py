@@ -16,17 +16,21 @@ from loglake_airflow.failing import or_fail
 
 
 class LoglakeSparkSubmitOperator(SparkSubmitOperator):
-    """Submit ``spark_jobs/<job>.py`` with the application, jars, Spark settings and
-    environment that ``loglake.launch.submit_spec`` gives for the current configuration.
+    """Run ``spark_jobs/<job>.py``: in the shared Spark application when it runs
+    (``loglake.jobserver``: no JVM to start), else under spark-submit with the application,
+    jars, Spark settings and environment that ``loglake.launch.submit_spec`` gives for the
+    current configuration.
 
     They are resolved when the task runs, not when the DAG file is parsed (the jar list
     is read from the jar cache and the settings from ``conf/``). Settings given to the
     operator win over the spec; ``application_args`` are the job's own arguments
     (``loglake.jobs.JobRequest.argv``).
 
-    The job's summary (``loglake.jobs``: written to a ``--summary-file`` this operator
-    adds) is the task's return value (XCom), with ``submit_seconds``, the wall time of
-    spark-submit. For each ``AssetAlias`` outlet, an event is emitted for the batch and
+    The job's summary (``loglake.jobs``: the shared application's answer, or written to a
+    ``--summary-file`` this operator adds) is the task's return value (XCom), with
+    ``submit_seconds``, the wall time of the submission (the job's own ``seconds``, its
+    session's ``start_seconds`` and whether it ran in the ``shared_application`` are in
+    the summary). For each ``AssetAlias`` outlet, an event is emitted for the batch and
     quarantine tables of the job's dataset. A job whose failure summary says it is not
     transient (its input is invalid, data was lost, the quality gate failed) fails the
     task without retries; a transient one (the broker was unavailable, a Delta conflict
@@ -42,11 +46,53 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context) -> dict:
         from loglake.config import load_config
-        from loglake.jobs import JobRequest, read_summary_file
-        from loglake.launch import submit_spec
+        from loglake.jobs import JobRequest
 
         config = or_fail(load_config)
         request = or_fail(JobRequest.parse, self.job, self.application_args or [])
+        started = time.monotonic()
+        shared = self._in_shared_application(config, request)
+        if shared is not None:
+            summary = shared
+        else:
+            summary = self._spark_submit(config, request, context)
+        submit_seconds = time.monotonic() - started
+        self.log.info("%s %s: %s records, %s quarantined; %s %.1fs, of which the Spark job's own work %ss (the "
+                      "rest is %s)", self.job, request.dataset, summary.get("records"), summary.get("quarantined"),
+                      "the shared Spark application" if shared is not None else "spark-submit", submit_seconds,
+                      summary.get("seconds"), "the request and its session" if shared is not None
+                      else "JVM start, session and submit overhead")
+        self._emit_table_events(config, context, request.dataset, summary)
+        return {**summary, "submit_seconds": round(submit_seconds, 3)}
+
+    def _in_shared_application(self, config, request) -> dict | None:
+        """The job's summary from the shared Spark application; None when it does not run
+        there (not running, or refused). A failure fails the task like spark-submit's would."""
+        from loglake import jobserver
+
+        if self.job not in jobserver.SERVED:
+            return None
+        answer = jobserver.submit(config, request, output=self._job_output)
+        if answer is None:
+            return None
+        code, summary = answer
+        summary = summary or {}
+        if code != 0 or "error" in summary:
+            said = f"{summary.get('error_type')}: {summary.get('error')}"
+            if summary.get("transient") is False:
+                raise AirflowFailException(said)
+            raise AirflowException(said)
+        return summary
+
+    def _job_output(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.strip():
+                self.log.info("%s", line)
+
+    def _spark_submit(self, config, request, context) -> dict:
+        from loglake.jobs import read_summary_file
+        from loglake.launch import submit_spec
+
         spec = or_fail(submit_spec, config, self.job)
         self.application = self.application or spec["application"]
         self.jars = self.jars or spec["jars"]
@@ -57,7 +103,6 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         with tempfile.TemporaryDirectory(prefix="loglake-summary-") as tmp:
             summary_file = Path(tmp) / "summary"
             self.application_args = request.with_summary_file(summary_file).argv()
-            started = time.monotonic()
             try:
                 super().execute(context)
             except AirflowException as e:
@@ -65,14 +110,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
                 if failure.get("error") and failure.get("transient") is False:
                     raise AirflowFailException(f"{failure.get('error_type')}: {failure['error']}") from e
                 raise
-            submit_seconds = time.monotonic() - started
-            summary = read_summary_file(summary_file) or {}
-        self.log.info("%s %s: %s records, %s quarantined; spark-submit %.1fs, of which the Spark job's own "
-                      "work %ss (the rest is JVM start, session and submit overhead)",
-                      self.job, request.dataset, summary.get("records"), summary.get("quarantined"),
-                      submit_seconds, summary.get("seconds"))
-        self._emit_table_events(config, context, request.dataset, summary)
-        return {**summary, "submit_seconds": round(submit_seconds, 3)}
+            return read_summary_file(summary_file) or {}
 
     def _emit_table_events(self, config, context, name: str, summary: dict) -> None:
         aliases = [o for o in self.outlets if isinstance(o, AssetAlias)]

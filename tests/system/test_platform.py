@@ -1,9 +1,10 @@
 """``up``, ``status``, ``down`` of the whole platform, as an operator runs them.
 
-One embedded broker, both speed streams and Airflow, on free ports in a state directory
-of the test's own. While it is up, a batch run triggered through the REST API goes
-through the real scheduler and LocalExecutor (not ``dags test``) and advances the
-watermark; after ``down`` no process of any of them is left.
+One embedded broker, both speed streams, the shared Spark application and Airflow, on free
+ports in a state directory of the test's own. While it is up, a batch run triggered
+through the REST API goes through the real scheduler and LocalExecutor (not ``dags
+test``), its Spark tasks run in the shared application, and it advances the watermark;
+after ``down`` no process of any of them is left.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.request
 import pytest
 import yaml
 
+from loglake import jobserver
 from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow
 from loglake.processes import alive, descendants
 from loglake.config import load_config
@@ -56,7 +58,8 @@ def platform(env: dict, action: str, timeout: float = 300) -> subprocess.Complet
 
 
 def all_processes(config) -> dict[int, int]:
-    names = ["kafka"] + [f"speed-{n}" for n in config.datasets] + [f"airflow-{c}" for c in COMPONENTS]
+    names = (["kafka", "spark-jobs"] + [f"speed-{n}" for n in config.datasets]
+             + [f"airflow-{c}" for c in COMPONENTS])
     tree: dict[int, int] = {}
     for name in names:
         pid = Managed(config.home, name).pid()
@@ -82,9 +85,13 @@ def test_up_status_batch_run_down(platform_config):
     af = EmbeddedAirflow(config, int(env["LOGLAKE_AIRFLOW_PORT"]))
     assert f"at {af.url}" in up.stdout and f"log in as admin with password {af.password()}" in up.stdout
 
+    assert "spark-jobs: started" in up.stdout
+    # Started last, it answers a few seconds after `up` returned.
+    wait_for(lambda: jobserver.ping(config), 180, "the shared Spark application to answer")
     status = platform(env, "status")
     assert status.returncode == 0, status.stdout + status.stderr
-    for name in ["kafka", "speed-job_views", "speed-company_ceos"] + [f"airflow-{c}" for c in COMPONENTS]:
+    assert "answering at 127.0.0.1:" in status.stdout, status.stdout
+    for name in ["kafka", "spark-jobs", "speed-job_views", "speed-company_ceos"] + [f"airflow-{c}" for c in COMPONENTS]:
         assert any(line.split()[:2] == [name, "running"] for line in status.stdout.splitlines()), status.stdout
     assert f"{af.url} (healthy)" in status.stdout
     ds = config.dataset("job_views")
@@ -106,6 +113,12 @@ def test_up_status_batch_run_down(platform_config):
     print(f"triggered batch run: {state} after {time.monotonic() - t1:.1f}s")
     assert state == "success"
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
+    # Its Spark tasks ran in the shared application (no JVM of their own), the job's summary says so.
+    for task in ("recompute", "quality"):
+        value = rest(af, f"/api/v2/dags/loglake_batch/dagRuns/{run_id}/taskInstances/dataset.{task}/xcomEntries/"
+                         "return_value?map_index=0", token)["value"]
+        assert value["shared_application"] is True and value["start_seconds"] == 0, value
+    assert jobserver.ping(config)["served"] >= 2
 
     tree = all_processes(config)
     t2 = time.monotonic()
@@ -113,6 +126,7 @@ def test_up_status_batch_run_down(platform_config):
     print(f"down: {time.monotonic() - t2:.1f}s")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "kafka: stopped" in down.stdout and "speed job_views: stopped" in down.stdout
+    assert "spark-jobs: stopped" in down.stdout
     assert alive(tree) == {}, f"left behind: {sorted(alive(tree))}"
 
     after = platform(env, "status")

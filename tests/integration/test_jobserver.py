@@ -1,0 +1,158 @@
+"""The shared Spark application (``spark_jobs/server.py``, ``loglake.jobserver``): one
+long-lived driver under spark-submit that runs the batch-side jobs the CLI and the DAG
+tasks send it. Real broker, real Spark, real Delta; the application is started as
+``loglake up`` starts it (supervised, in the background)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from loglake import jobserver
+from loglake.config import load_config
+from loglake.jobs import JobRequest
+from loglake.kafka_admin import log_bounds
+from loglake.launch import start_shared_application
+from loglake.ledger import batch_watermarks, ledger_rows
+from loglake.locks import DatasetLock, writer
+from loglake.planning import plan_batch
+from loglake.processes import descendants, wait_for
+from loglake.produce import produce
+from loglake.sandbox import write_conf
+from loglake.tables import open_table, query
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, kafka_bootstrap):
+    """A config whose shared application runs (started once for the module's tests)."""
+    root = tmp_path_factory.mktemp("jobserver")
+    config = load_config(write_conf(root, kafka_bootstrap), home=root / "state")
+    os.environ.pop("LOGLAKE_LOCK_TOKEN", None)
+    env_before = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
+    os.environ.update(LOGLAKE_CONF=str(config.conf_dir), LOGLAKE_HOME=str(config.home))
+    try:
+        start_shared_application(config, wait=240)
+        yield config
+    finally:
+        jobserver.stop(config)
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def loglake(config, *args, timeout=600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def rows(config, ds, layer: str) -> list[tuple]:
+    table = open_table(config.table_path(ds, layer))
+    return [tuple(r.values()) for r in query(table, "SELECT * FROM t ORDER BY _partition, _offset")]
+
+
+def test_cli_batch_runs_in_the_shared_application_and_writes_what_spark_submit_writes(served):
+    config = served
+    ds = config.dataset("job_views")
+    produce(config, ds, 400, bad_fraction=0.1, seed=21, progress=False)
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items() if hi}
+    r = loglake(config, "batch", "job_views")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "batch job_views: 360 rows to batch.job_views, 40 to quarantine.job_views" in r.stdout
+    assert "(in the shared Spark application)" in r.stdout  # no JVM of its own
+    assert "quality job_views: 2 expectation(s) on 360 rows passed; published" in r.stdout
+    assert batch_watermarks(config, ds) == ends
+    assert "spark-jobs" not in r.stderr and "Traceback" not in r.stdout + r.stderr
+    shared = {layer: rows(config, ds, layer) for layer in ("batch", "quarantine")}
+
+    # The same range again under spark-submit (the application stopped): the same rows.
+    jobserver.stop(config)
+    try:
+        again = loglake(config, "backfill", "job_views",
+                        *[a for p, e in sorted(ends.items()) for a in ("--range", f"{p}:0-{e}")])
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "(with JVM start)" in again.stdout
+        assert {layer: rows(config, ds, layer) for layer in ("batch", "quarantine")} == shared
+    finally:
+        start_shared_application(config, wait=240)
+    assert jobserver.state(config).startswith("running (pid")
+
+
+def _raw_request(config, body: dict) -> socket.socket:
+    address = json.loads(jobserver.address_file(config).read_text())
+    conn = socket.create_connection((address["host"], address["port"]), timeout=30)
+    conn.sendall((json.dumps({"token": address["token"], **body}) + "\n").encode())
+    return conn
+
+
+def test_requests_of_another_state_or_code_or_without_the_token_are_refused(served, tmp_path):
+    config = served
+    assert (jobserver.address_file(config).stat().st_mode & 0o777) == 0o600
+    base = {"job": "batch", "argv": ["--dataset", "job_views"], **jobserver.identity(config)}
+    for change, expected in ((dict(home=str(tmp_path)), "another state directory"),
+                             (dict(code="0" * 16), "another code"),
+                             (dict(job="speed"), "not run by the shared application"),
+                             (dict(token="wrong"), "wrong or missing token")):
+        with _raw_request(config, {**base, **change}) as conn:
+            answer = json.loads(conn.makefile().readline())
+        assert expected in answer.get("refused", ""), answer
+
+    # The CLI's job for another state directory runs under spark-submit instead (submit says None).
+    other = load_config(write_conf(tmp_path, config.kafka.bootstrap_servers), home=config.home)
+    other_conf = JobRequest("maintenance", "job_views", run_id="x")
+    assert jobserver.submit(other, other_conf, output=lambda _t: None) is None
+
+
+def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
+    """The caller (an Airflow task killed, a CLI interrupted) closes its connection while its
+    job waits for the dataset's lease: the job never writes, the lease is not taken by it."""
+    config = served
+    ds = config.dataset("company_ceos")
+    produce(config, ds, 50, seed=22, progress=False)
+    plan = plan_batch(config, ds)
+    request = JobRequest("batch", ds.name, plan, "cancelled-run")
+    with writer(config, ds.name, "test holds the lease", export=False):
+        conn = _raw_request(config, {"job": "batch", "argv": request.argv(), **jobserver.identity(config)})
+        wait_for(lambda: (jobserver.ping(config) or {}).get("running"), 30, "the job to be accepted")
+        time.sleep(1)  # it waits for the lease we hold
+        conn.close()
+        time.sleep(1.5)  # the server notices (it checks every 0.5 s)
+    jobserver.wait_idle(config, timeout=60)
+    assert DatasetLock(config, ds.name).holder() is None
+    assert not [r for r in ledger_rows(config, ds) if r["run_id"] == "cancelled-run"]
+
+
+def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(served):
+    config = served
+    ds = config.dataset("company_ceos")
+    plan = plan_batch(config, ds)
+    answers = []
+    with writer(config, ds.name, "test holds the lease", export=False):
+        t = threading.Thread(target=lambda: answers.append(
+            jobserver.submit(config, JobRequest("batch", ds.name, plan, "killed-run"), output=lambda _t: None)))
+        t.start()
+        time.sleep(2)
+        supervisor = jobserver.process(config).pid()
+        old = json.loads(jobserver.address_file(config).read_text())["pid"]
+        os.kill(old, signal.SIGKILL)  # the driver dies (the supervisor above it lives)
+        t.join(60)
+    assert answers and answers[0][0] != 0
+    assert answers[0][1]["error_type"] == "SharedApplicationLost" and answers[0][1]["transient"] is True
+    # The supervisor starts it again; it answers at a new address with the same state.
+    wait_for(lambda: (jobserver.ping(config) or {}).get("pid") not in (None, old), 240,
+             "the shared application to come back")
+    assert jobserver.process(config).pid() == supervisor and len(descendants(supervisor)) > 1
+    r = loglake(config, "batch", "company_ceos")
+    assert r.returncode == 0 and "(in the shared Spark application)" in r.stdout, r.stdout + r.stderr
