@@ -71,8 +71,8 @@ def _spark_overhead(run: dict) -> tuple[float, float | None]:
 def report_batch(run: dict) -> bool:
     spark, overhead = _spark_overhead(run)
     print(f"loglake_batch run {run['run_id']}: {run['state']} in {run['wall']:.1f}s, of which Spark jobs "
-          f"{spark:.1f}s (spark-submit wall)"
-          + (f"; Airflow overhead per Spark task (task wall - spark-submit wall) {overhead:.1f}s" if overhead else ""))
+          f"{spark:.1f}s (submission wall)"
+          + (f"; Airflow overhead per Spark task (task wall - submission wall) {overhead:.1f}s" if overhead else ""))
     for (task_id, name), t in sorted(run["tasks"].items()):
         v = t["value"] or {}
         if t["state"] != "success":
@@ -80,7 +80,9 @@ def report_batch(run: dict) -> bool:
         elif task_id == "dataset.recompute":
             rate = v.get("records_per_second")
             print(f"  write   {name}: {v.get('records')} rows, {v.get('quarantined')} quarantined in "
-                  f"{v.get('seconds')}s ({f'{rate:,} records/s' if rate else 'n/a'}), spark-submit {v.get('submit_seconds')}s")
+                  f"{v.get('seconds')}s ({f'{rate:,} records/s' if rate else 'n/a'}), "
+                  f"{'in the shared Spark application' if v.get('shared_application') else 'spark-submit'} "
+                  f"{v.get('submit_seconds')}s")
         elif task_id == "dataset.quality":
             warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected"
                                for w in v.get("warned", []))

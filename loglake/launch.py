@@ -40,6 +40,9 @@ def log4j_file() -> Path:
 def spark_conf(config: Config) -> dict[str, str]:
     """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
     log4j = f"-Dlog4j2.configurationFile={log4j_file()}"
+    # Long-lived drivers (the streams, the shared application) give memory they no longer use
+    # back to the machine: a periodic GC when idle, and the heap shrunk to what it holds.
+    jvm = f"{log4j} -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
     conf = {
         "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -59,7 +62,7 @@ def spark_conf(config: Config) -> dict[str, str]:
         # No stage progress bars: a job's output is its log, a command's output its answer.
         "spark.ui.showConsoleProgress": "false",
         # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
-        "spark.driver.extraJavaOptions": log4j,
+        "spark.driver.extraJavaOptions": jvm,
     }
     if config.profile.spark.executor_memory:
         conf["spark.executor.memory"] = config.profile.spark.executor_memory
