@@ -30,13 +30,11 @@ RATE = 2000  # records/s while C2 kills the leader
 
 
 def _config(h: Harness, name: str, bootstrap: str, **kwargs):
-    from loglake.config import load_config
-    from loglake.sandbox import write_conf
-
-    base = h.root / name
-    conf = write_conf(base, bootstrap, extra_datasets={workload.DATASET: workload.dataset_file(6)},
-                      speed={"max_offsets_per_trigger": PER_BATCH}, **kwargs)
-    return load_config(conf, home=base / "state")
+    """The bench workload's dataset on ``bootstrap`` (the profile's Spark settings as given:
+    ``spark`` {} keeps write_conf's, not the harness's in-process ones)."""
+    kwargs.setdefault("spark", {})
+    return h.config(name, bootstrap, extra_datasets={workload.DATASET: workload.dataset_file(6)},
+                    speed={"max_offsets_per_trigger": PER_BATCH}, **kwargs)
 
 
 class _PeakPss:
@@ -97,8 +95,6 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
 
 def _recovery(h: Harness, cluster, config) -> list[float]:
     """Seconds from each leader kill until the stream passed the log end at the kill."""
-    from confluent_kafka.admin import AdminClient
-
     from loglake.kafka_admin import end_offsets, ensure_topic
     from loglake.processes import wait_for
     from loglake.streams import SpeedStream
@@ -121,9 +117,7 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
         producer.start()
         for i in range(KILLS):
             time.sleep(10)
-            md = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers}).list_topics(topic, timeout=15)
-            leader = md.topics[topic].partitions[0].leader
-            cluster.kafka_nodes()[leader - 1].kill()
+            cluster.leader(topic, 0).kill()
             killed = time.monotonic()
             ends = end_offsets(config, topic)
             wait_for(lambda: caught_up(config, ds, ends), 300, "the stream to pass the log end at the kill",

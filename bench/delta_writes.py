@@ -26,6 +26,11 @@ VARIANTS = {
     "zstd": {CODEC: "zstd"},
     "uncompressed": {CODEC: "uncompressed"},
     "no dictionary": {"parquet.enable.dictionary": "false"},
+    "no dictionary for the unique provenance columns": {"parquet.enable.dictionary#_offset": "false",
+                                                        "parquet.enable.dictionary#_kafka_timestamp": "false"},
+    "those + statistics of provenance + key": {"parquet.enable.dictionary#_offset": "false",
+                                               "parquet.enable.dictionary#_kafka_timestamp": "false",
+                                               STATS: "_topic,_partition,_offset,_layer,user_id"},
 }
 
 

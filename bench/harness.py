@@ -43,15 +43,16 @@ class Harness:
             self._kafka = EmbeddedKafka.on_free_ports(self.root / "kafka-home", heap="1g")
         return self._kafka.bootstrap
 
-    def config(self, name: str, **conf_kwargs):
-        """A Config of its own (conf dir, topics, state dir) on the shared broker; see sandbox.write_conf."""
+    def config(self, name: str, bootstrap: str | None = None, **conf_kwargs):
+        """A Config of its own (conf dir, topics, state dir) on the shared broker (or on
+        ``bootstrap``); see sandbox.write_conf."""
         from loglake.config import load_config
         from loglake.sandbox import write_conf
 
         base = self.root / name
         # No console progress bars: they would bury the bench's own log lines.
         conf_kwargs.setdefault("spark", {"driver_memory": "4g", "conf": {"spark.ui.showConsoleProgress": "false"}})
-        return load_config(write_conf(base, self.bootstrap, **conf_kwargs), home=base / "state")
+        return load_config(write_conf(base, bootstrap or self.bootstrap, **conf_kwargs), home=base / "state")
 
     def spark(self, config):
         """One in-process Spark session for the whole run (settings of the first config)."""

@@ -111,6 +111,17 @@ class LocalCluster:
                               cluster_id=self._state["cluster_id"], security=self.security)
                 for i, p in enumerate(ports)]
 
+    def leader(self, topic: str, partition: int) -> EmbeddedKafka:
+        """The node that leads ``topic``'s ``partition`` now (as the cluster's metadata says)."""
+        from loglake.kafka_admin import admin
+
+        from loglake.errors import KafkaUnavailableError
+
+        leader = admin(self.config).list_topics(topic, timeout=15).topics[topic].partitions[partition].leader
+        if leader < 1:
+            raise KafkaUnavailableError(f"{topic}[{partition}] has no leader now")
+        return self.kafka_nodes()[leader - 1]
+
     def master(self) -> Managed:
         return Managed(self.root / "spark", "master")
 
@@ -130,8 +141,6 @@ class LocalCluster:
             if port_open(node.port):
                 raise PortInUseError(f"cannot start Kafka node {node.node_id} on {node.bootstrap}: the port is "
                                      f"already in use", node.port)
-        if self.security is not None and launched:
-            self.security.prepare()  # once, before the nodes launch side by side and read it
         # Each launch formats its storage first (a JVM of its own): side by side.
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             list(pool.map(EmbeddedKafka.launch, launched))

@@ -317,7 +317,17 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
     """(partition, offset) → Kafka timestamp (ms) of the first record at or after that
     offset, for every offset in ``wanted`` (partition → offsets). Offsets with no record
     at or after them (only transaction markers or compacted-away offsets before the
-    end) are absent. One consumer reads them all, seeking from one offset to the next."""
+    end) are absent."""
+    return {k: m.timestamp()[1] for k, m in read_records(config, topic, wanted, timeout).items()}
+
+
+def read_records(config: Config, topic: str, wanted: dict[int, list[int]], timeout: float = TIMEOUT,
+                 read_on: int = 0):
+    """(partition, offset) → the first record (a confluent-kafka ``Message``) at or after that
+    offset, for every offset in ``wanted`` (partition → offsets); offsets with no record at
+    or after them are absent. One consumer reads them all, reading on to the next offset when
+    it is at most ``read_on`` records ahead, seeking to it otherwise. Records of aborted
+    transactions are read too, as Spark's Kafka source reads them (read_uncommitted)."""
     todo = {p: sorted(set(offs)) for p, offs in wanted.items() if offs}
     if not todo:
         return {}
@@ -328,17 +338,18 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
         "enable.partition.eof": True,
         # An offset deleted meanwhile: the oldest record that is still there.
         "auto.offset.reset": "earliest",
-        # One record per offset is wanted, not the default prefetch of up to 64 MiB each.
+        "isolation.level": "read_uncommitted",
+        # Few records per offset are wanted, not the default prefetch of up to 64 MiB each.
         "queued.min.messages": 1,
         "fetch.max.bytes": 1024 * 1024,
-        "max.partition.fetch.bytes": 64 * 1024,
+        "max.partition.fetch.bytes": 64 * 1024 if not read_on else 1024 * 1024,
     }))
-    found: dict[tuple[int, int], int] = {}
+    found: dict[tuple[int, int], object] = {}
     try:
         c.assign([TopicPartition(topic, p, offs[0]) for p, offs in todo.items()])
         deadline = time.monotonic() + timeout
         while todo and time.monotonic() < deadline:
-            for msg in c.consume(num_messages=100, timeout=0.5):
+            for msg in c.consume(num_messages=1000, timeout=0.5):
                 p = msg.partition()
                 targets = todo.get(p)
                 if not targets:
@@ -352,12 +363,12 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
                 # (also one fetched before the seek below).
                 popped = False
                 while targets and err is None and msg.offset() >= targets[0]:
-                    found[p, targets.pop(0)] = msg.timestamp()[1]
+                    found[p, targets.pop(0)] = msg
                     popped = True
                 if not targets:
                     del todo[p]
                     c.pause([TopicPartition(topic, p)])
-                elif popped and msg.offset() + 1 < targets[0]:
+                elif popped and msg.offset() + 1 + read_on < targets[0]:
                     with contextlib.suppress(KafkaException):  # only a shortcut: reading on finds it too
                         c.seek(TopicPartition(topic, p, targets[0]))
     finally:
@@ -365,6 +376,7 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
     if todo:
         raise KafkaUnavailableError(f"no answer reading {topic} partitions {sorted(todo)} within {timeout:.0f}s")
     return found
+
 
 def topic_configs(config: Config, topic: str, names: tuple[str, ...] = ("retention.ms", "cleanup.policy"),
                   timeout: float = TIMEOUT) -> dict[str, str]:

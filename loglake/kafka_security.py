@@ -217,9 +217,15 @@ class BrokerSecurity:
         return self.client.mechanism
 
     def prepare(self) -> None:
-        """Generate what is missing: CA, broker certificate, the broker user's password."""
-        ensure_tls(self.directory)
-        _own_password(self.directory)
+        """Generate what is missing: CA, broker certificate, the broker user's password. Safe
+        when the nodes of a local cluster prepare side by side (one at a time, under a lock)."""
+        import fcntl
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(self.directory / ".prepare.lock", os.O_RDWR | os.O_CREAT, 0o600)) as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            ensure_tls(self.directory)
+            _own_password(self.directory)
 
     def own(self) -> KafkaSecurity:
         """The broker's own SCRAM user, as a client setting (same mechanism and CA)."""

@@ -64,8 +64,8 @@ def _replace(df: DataFrame, path: str, predicate: str, pause=None) -> None:
     delta_io.replace_rows(df.sparkSession, df, path, predicate, pause)
 
 
-def _write(spark: SparkSession, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame, validated: DataFrame,
-           batch_path: str, quarantine_path: str, pause, phases: Phases) -> dict:
+def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
+           validated: DataFrame, batch_path: str, quarantine_path: str, pause, phases: Phases) -> dict:
     """The batch run's writes: valid rows, then its quarantine; the observed counts."""
     # The first write reads, validates and counts (per partition, for the ledger).
     exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
@@ -89,7 +89,7 @@ def _write(spark: SparkSession, ds: Dataset, ranges: list[OffsetRange], raw: Dat
         where = f"_layer = 'batch' AND ({predicate})"
         with phases("quarantine"):
             if n["quarantined"]:
-                bad = parse.validate(parse.bad_records(raw, n), ds)
+                bad = parse.validate(parse.bad_records(raw, n, config, ds.topic), ds)
                 _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
             elif delta_io.table_exists(spark, quarantine_path):
                 delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
@@ -110,6 +110,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         return {**summary, "seconds": 0.0, "records_per_second": None}
     phases = Phases()
     with phases("prepare"):
+        delta_io.keep_stats_of(spark, ds)
         check_retained(config, ranges)
         schema_version = evolution.prepare(spark, config, ds, ("batch",))
         raw = read_ranges(spark, config, ranges)
@@ -129,7 +130,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
             "loglake_schema_version": schema_version, "loglake_staged": staged}
     try:
         with delta_io.commit_metadata(spark, meta):
-            n = _write(spark, ds, ranges, raw, validated, batch_path, quarantine_path, pause, phases)
+            n = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause, phases)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()

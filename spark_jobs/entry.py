@@ -20,12 +20,11 @@ from loglake.errors import ConfigError, KafkaAuthenticationError, LoglakeError
 from loglake.jobs import JobRequest, failure, report, summary_file_of
 from loglake.locks import writer
 from loglake.schemas import check as check_schema
+from spark_jobs import delta_io
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
 # stream appends beside them.
 WRITERS = ("batch", "quality", "maintenance", "rebuild", "replay")
-# The table property new tables take from the session: which columns Delta collects statistics of.
-STATS_COLUMNS = "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns"
 
 
 def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
@@ -70,8 +69,7 @@ def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, in
         if before_body is not None:
             before_body()
         with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
-            # Tables the job creates keep statistics of the columns that are filtered on only.
-            spark.conf.set(STATS_COLUMNS, ",".join(ds.stats_columns))
+            delta_io.keep_stats_of(spark, ds)  # tables the job creates: statistics of filtered-on columns
             summary = body(spark, config, ds, request)
     return {**summary, "start_seconds": round(start_seconds, 3), "shared_application": shared}
 

@@ -247,10 +247,20 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
     return validated.observe(obs, *metrics), obs
 
 
-def bad_records(raw: DataFrame, counts: dict) -> DataFrame:
+# The quarantined records of a pass are read again by the driver (a Kafka client, no Spark
+# job) when they are at most this many; more go through a second Spark pass over the range.
+DRIVER_READ_LIMIT = 5_000
+
+
+def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = None) -> DataFrame:
     """The Kafka rows of ``raw`` that ``counted`` saw quarantined (exactly those, or every
-    row of each partition's bad window): what a second pass parses again."""
+    row of each partition's bad window): what a second pass parses again. With ``config``
+    and ``topic``, a few exact offsets are read by the driver instead of by a Spark pass."""
     if "bad" in counts:
+        if config is not None and topic and counts.get("quarantined", 0) <= DRIVER_READ_LIMIT:
+            read = _read_in_driver(raw, config, topic, counts["bad"])
+            if read is not None:
+                return read
         return only_offsets(raw, counts["bad"])
     windows = [(int(k[len("bad_min_"):]), v, counts[f"bad_max_{k[len('bad_min_'):]}"])
                for k, v in counts.items() if k.startswith("bad_min_") and v is not None]
@@ -258,6 +268,34 @@ def bad_records(raw: DataFrame, counts: dict) -> DataFrame:
         return raw.limit(0)
     inside = [(F.col("partition") == p) & F.col("offset").between(lo, hi) for p, lo, hi in windows]
     return raw.where(reduce(lambda a, b: a | b, inside))
+
+
+def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFrame | None:
+    """The records at ``counted``'s "p:o,p:o,..." offsets read by a Kafka client in the
+    driver, as rows of ``raw``'s schema (the same bytes Spark read: the log is immutable);
+    None when one is not there any more (compacted or deleted since): the Spark pass then
+    decides, as before."""
+    from datetime import datetime, timedelta, timezone
+
+    from loglake.kafka_admin import read_records
+
+    wanted: dict[int, list[int]] = {}
+    for pair in offsets.split(","):
+        p, o = pair.split(":")
+        wanted.setdefault(int(p), []).append(int(o))
+    records = read_records(config, topic, wanted, read_on=512)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    rows = []
+    for p, offs in wanted.items():
+        for o in offs:
+            m = records.get((p, o))
+            if m is None or m.offset() != o:
+                return None
+            ts_type, ts = m.timestamp()
+            row = {"key": m.key(), "value": m.value(), "topic": topic, "partition": p, "offset": o,
+                   "timestamp": epoch + timedelta(milliseconds=ts), "timestampType": ts_type - 1}
+            rows.append(tuple(row[f.name] for f in raw.schema.fields))
+    return raw.sparkSession.createDataFrame(rows, raw.schema)
 
 
 def only_offsets(raw: DataFrame, offsets: str) -> DataFrame:

@@ -33,7 +33,8 @@ from spark_jobs.kafka_source import source_options
 
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
-                  batch_id: int, schema_version: int | None = None) -> None:
+                  batch_id: int, schema_version: int | None = None, topic: str | None = None,
+                  replay_possible: bool = True) -> None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
@@ -42,8 +43,10 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
     a crash whose valid rows had landed skips the count (the append would be skipped, so
-    nothing would be counted) and appends its quarantine by transaction id. Each commit
-    records ``schema_version`` (the version of the dataset's schema it validated under).
+    nothing would be counted) and appends its quarantine by transaction id. Only a query's
+    first micro-batch can be such a replay (``replay_possible``; Spark runs each later one
+    once, in order): the others skip reading the table's log for it. Each commit records
+    ``schema_version`` (the version of the dataset's schema it validated under).
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
     # stream to hold its appends meanwhile (loglake.locks.appends_paused): hold this batch.
@@ -57,7 +60,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     if ds.kind == "changelog":
         validated = validated.persist()
     try:
-        landed = delta_io.committed_version(speed_path, app_id)
+        landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
         if landed is not None and landed >= batch_id:
             delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id,
                                        meta)
@@ -70,7 +73,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                                        app_id, batch_id, meta)
             counts = observation.get
             if counts["quarantined"]:
-                bad = parse.validate(parse.bad_records(batch, counts), ds)
+                bad = parse.validate(parse.bad_records(batch, counts, config, topic or ds.topic), ds)
                 delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
@@ -209,6 +212,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     """Start the speed stream of ``ds``; returns the query and its position recorder."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
+    delta_io.keep_stats_of(spark, ds)
     if topic == ds.topic:
         check_partitions(ds, list_topics(config).get(topic, ds.partitions))
         if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
@@ -227,13 +231,16 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     source = reader.load()
 
     stream_id: dict[str, str] = {}
+    done: list[int] = []  # the micro-batches this query wrote: the next ones are new, never replays
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         if "id" not in stream_id:
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
-        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version)
+        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version, topic,
+                      replay_possible=not done or batch_id <= done[-1])
+        done[:] = [batch_id]
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)

@@ -61,6 +61,29 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     assert plan_batch(config, ds).empty
 
 
+def test_quarantined_records_read_by_the_driver_equal_a_second_spark_pass(spark, make_config, monkeypatch):
+    """A run's few quarantined records are read again by a Kafka client in the driver, not by a
+    second Spark pass over the range: the quarantine rows are the same, byte for byte, as the
+    Spark pass gives (which a run with more of them than ``DRIVER_READ_LIMIT`` uses)."""
+    from spark_jobs import parse
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 1500, bad_fraction=0.04, seed=57)
+    plan = plan_batch(config, ds)
+    q_path = config.table_path(ds, "quarantine")
+    read = []
+    real = parse._read_in_driver
+    monkeypatch.setattr(parse, "_read_in_driver", lambda *a: read.append(1) or real(*a))
+    assert run_batch(spark, config, ds, plan, "driver")["quarantined"] == res.bad > 0
+    assert read == [1]
+    by_driver = row_hashes(spark, q_path)
+    monkeypatch.setattr(parse, "DRIVER_READ_LIMIT", 0)
+    assert run_batch(spark, config, ds, plan, "spark-pass")["quarantined"] == res.bad
+    assert read == [1]  # the Spark pass this time
+    assert row_hashes(spark, q_path) == by_driver and len(by_driver) == res.bad
+
+
 def test_backfill_replaces_only_its_range(spark, make_config):
     config = make_config()
     ds = config.dataset("job_views")

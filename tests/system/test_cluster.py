@@ -21,13 +21,13 @@ import urllib.request
 from collections import Counter
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from loglake.cluster import LocalCluster
 from loglake.paths import REPO_ROOT
 from loglake.config import load_config
 from loglake.errors import PortInUseError
-from loglake.kafka_admin import end_offsets, ensure_topic
+from loglake.kafka_admin import admin, end_offsets, ensure_topic
 from loglake.launch import code_archive, job_env, spark_conf, spark_submit_bin
 from loglake.ledger import batch_watermarks
 from loglake.processes import alive, descendants, free_ports, wait_for
@@ -84,7 +84,7 @@ def test_status_names_the_cluster_and_topics_are_replicated(cluster):
 
     ds = config.dataset("job_views")
     ensure_topic(config, ds)
-    client = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
+    client = admin(config)
     md = client.list_topics(ds.topic, timeout=15).topics[ds.topic]
     assert {len(p.replicas) for p in md.partitions.values()} == {3}
     res = ConfigResource(ResourceType.TOPIC, ds.topic)
@@ -118,11 +118,6 @@ def test_executors_import_the_code_shipped_with_the_job(cluster, tmp_path):
         assert str(REPO_ROOT) not in pythonpath.replace(str(REPO_ROOT / ".venv"), ""), found
 
 
-def _leader_node(config, topic: str, partition: int) -> int:
-    client = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
-    return client.list_topics(topic, timeout=15).topics[topic].partitions[partition].leader
-
-
 def test_leader_killed_during_ingest_every_acknowledged_record_once(cluster):
     config, env = cluster
     ds = config.dataset("job_views")
@@ -145,15 +140,14 @@ def test_leader_killed_during_ingest_every_acknowledged_record_once(cluster):
         producer = threading.Thread(target=ingest, daemon=True)
         producer.start()
         time.sleep(5)
-        leader = _leader_node(config, ds.topic, 0)
-        node = cluster_.kafka_nodes()[leader - 1]
+        node = cluster_.leader(ds.topic, 0)
         node.kill()
         killed = time.monotonic()
         ends_then = end_offsets(config, ds.topic)
         wait_for(lambda: caught_up(config, ds, ends_then), 240, "the stream to pass the log end at the kill",
                  interval=0.5, log=stream.process)
         recovery = time.monotonic() - killed
-        assert _leader_node(config, ds.topic, 0) not in (leader, -1)
+        assert cluster_.leader(ds.topic, 0).node_id != node.node_id
         producer.join(120)
         assert not producer.is_alive() and not errors, errors
         ends = end_offsets(config, ds.topic)
