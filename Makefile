@@ -8,7 +8,7 @@ LOGLAKE := $(VENV)/bin/loglake
 
 .PHONY: setup jars test test-unit test-integration bench soak demo up down status clean-state
 
-## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central
+## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
 setup: $(STAMP) jars
 
 $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
@@ -21,6 +21,7 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 
 jars: $(STAMP)
 	$(PY) -m loglake.setup_jvm
+	$(PY) -m loglake.jvm_cds
 
 ## test: the whole suite in two pytest workers, one test file each at a time (each worker starts its
 ## own broker and Spark session); serially it took 38.5 min using 0.77 of the 2 cores on average

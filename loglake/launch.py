@@ -7,6 +7,7 @@ settings and environment, and read its answer through ``loglake.jobs``.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -37,12 +38,37 @@ def log4j_file() -> Path:
     return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
 
 
+# Java's CDS lines (an archive made by another build, a class path that differs): never on a
+# job's output; the JVM then simply starts without the archive.
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
+
+
+@functools.lru_cache(maxsize=1)
+def cds_archive() -> Path:
+    """Where the class-data sharing archive for this Java and this pyspark install lives
+    (``loglake.jvm_cds`` makes it at setup; it may not exist)."""
+    import hashlib
+    import shutil
+
+    java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if os.environ.get("JAVA_HOME") else (
+        shutil.which("java") or "java")
+    try:
+        version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    except OSError:  # no Java here (a machine that only submits to a cluster): no archive either
+        version = "none"
+    jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join([version, str(spark_home()), *jars]).encode()).hexdigest()[:16]
+    return paths.cache_home() / "cds" / f"spark-{key}.jsa"
+
+
 def spark_conf(config: Config) -> dict[str, str]:
     """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
     log4j = f"-Dlog4j2.configurationFile={log4j_file()}"
     # Long-lived drivers (the streams, the shared application) give memory they no longer use
     # back to the machine: a periodic GC when idle, and the heap shrunk to what it holds.
     jvm = f"{log4j} -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+    if cds_archive().exists():  # the driver maps Spark's classes ready-parsed (loglake.jvm_cds)
+        jvm += f" -XX:SharedArchiveFile={cds_archive()} {CDS_QUIET}"
     conf = {
         "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
