@@ -110,7 +110,6 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
         return {**summary, "seconds": 0.0, "records_per_second": None}
     phases = Phases()
     with phases("prepare"):
-        delta_io.keep_stats_of(spark, ds)
         check_retained(config, ranges)
         schema_version = evolution.prepare(spark, config, ds, ("batch",))
         raw = read_ranges(spark, config, ranges)

@@ -164,16 +164,6 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     writer.save(path)
 
 
-# The table property new tables take from the session: which columns Delta collects statistics of.
-STATS_COLUMNS = "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns"
-
-
-def keep_stats_of(spark: SparkSession, ds) -> None:
-    """Tables created in ``spark`` from now on keep statistics of ``ds.stats_columns`` only
-    (the columns filtered on; statistics of every column cost ~30 % of a write)."""
-    spark.conf.set(STATS_COLUMNS, ",".join(ds.stats_columns))
-
-
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 

@@ -20,7 +20,6 @@ from loglake.errors import ConfigError, KafkaAuthenticationError, LoglakeError
 from loglake.jobs import JobRequest, failure, report, summary_file_of
 from loglake.locks import writer
 from loglake.schemas import check as check_schema
-from spark_jobs import delta_io
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
 # stream appends beside them.
@@ -69,7 +68,6 @@ def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, in
         if before_body is not None:
             before_body()
         with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
-            delta_io.keep_stats_of(spark, ds)  # tables the job creates: statistics of filtered-on columns
             summary = body(spark, config, ds, request)
     return {**summary, "start_seconds": round(start_seconds, 3), "shared_application": shared}
 

@@ -249,7 +249,10 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
 
 # The quarantined records of a pass are read again by the driver (a Kafka client, no Spark
 # job) when they are at most this many; more go through a second Spark pass over the range.
-DRIVER_READ_LIMIT = 5_000
+DRIVER_READ_LIMIT = 1_000
+# The driver reads on from one quarantined offset to the next when the offsets it would read
+# in all are at most this many (a few per cent malformed in a micro-batch), else it seeks.
+DRIVER_READ_SPAN = 200_000
 
 
 def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = None) -> DataFrame:
@@ -273,17 +276,22 @@ def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = N
 def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFrame | None:
     """The records at ``counted``'s "p:o,p:o,..." offsets read by a Kafka client in the
     driver, as rows of ``raw``'s schema (the same bytes Spark read: the log is immutable);
-    None when one is not there any more (compacted or deleted since): the Spark pass then
-    decides, as before."""
+    None when one is not there any more (compacted or deleted since) or the reading did not
+    finish in time: the Spark pass then decides, as before."""
     from datetime import datetime, timedelta, timezone
 
+    from loglake.errors import KafkaUnavailableError
     from loglake.kafka_admin import read_records
 
     wanted: dict[int, list[int]] = {}
     for pair in offsets.split(","):
         p, o = pair.split(":")
         wanted.setdefault(int(p), []).append(int(o))
-    records = read_records(config, topic, wanted, read_on=512)
+    span = sum(max(offs) - min(offs) + 1 for offs in wanted.values())
+    try:
+        records = read_records(config, topic, wanted, read_on=512 if span <= DRIVER_READ_SPAN else 0)
+    except KafkaUnavailableError:  # slow or away: the Spark pass has the job's whole time
+        return None
     epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
     rows = []
     for p, offs in wanted.items():

@@ -212,7 +212,6 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     """Start the speed stream of ``ds``; returns the query and its position recorder."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
-    delta_io.keep_stats_of(spark, ds)
     if topic == ds.topic:
         check_partitions(ds, list_topics(config).get(topic, ds.partitions))
         if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):

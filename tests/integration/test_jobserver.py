@@ -76,14 +76,6 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     assert batch_watermarks(config, ds) == ends
     assert "spark-jobs" not in r.stderr and "Traceback" not in r.stdout + r.stderr
     shared = {layer: rows(config, ds, layer) for layer in ("batch", "quarantine")}
-    # Delta keeps statistics of the filtered-on columns only (provenance, key, Z-order).
-    from deltalake import DeltaTable
-
-    table = DeltaTable(config.table_path(ds, "batch"))
-    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == "_topic,_partition,_offset,_layer,user_id"
-    stats = {c.split(".", 1)[1] for c in table.get_add_actions(flatten=True).schema.names if c.startswith("min.")}
-    assert stats == {"_topic", "_partition", "_offset", "user_id"}, stats
-
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
     from loglake.planning import plan_backfill
