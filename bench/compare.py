@@ -1,6 +1,6 @@
 """Before → after: the same harness (this tree's ``bench/``) on an older commit, then on this one.
 
-    .venv/bin/python -m bench.compare BEFORE [--only P1,P9] [--repeats 3] [--quick]
+    .venv/bin/python -m bench.compare BEFORE [--only P1,P9] [--repeats 3] [--quick] [--side before|after|table]
 
 Clones the repository at ``BEFORE`` into a temporary directory, puts this tree's ``bench/``
 there (so both runs measure with one harness), and runs ``python -m bench.run`` in it with
@@ -10,7 +10,9 @@ same command here. The venv, the jar cache and the machine are the same. Each ru
 its own results directory under ``bench/results/compare-<date>/`` (``before``, ``after``:
 JSON, charts and table as ``make bench`` writes them) and ``before-after.md``: one row per
 metric, the value before, after, and the ratio. The two runs go one after the other: start
-it on a quiet machine.
+it on a quiet machine. ``--side before`` (or ``after``) makes only that run, ``--side table``
+only the table from the two runs already there (the runs may then be hours apart in one
+session; the harness is whatever ``bench/`` holds at each run, so keep it unchanged between).
 """
 
 from __future__ import annotations
@@ -70,19 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated metric ids, as bench.run takes them")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--side", choices=["both", "before", "after", "table"], default="both",
+                    help="run only the 'before' or the 'after' run, or only write the table of both")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / f"compare-{dt.date.today().isoformat()}"))
     args = ap.parse_args(argv)
     out = Path(args.out)
-    tmp = Path(tempfile.mkdtemp(prefix="loglake-before-"))
-    try:
-        old = tmp / "loglake"
-        subprocess.run(["git", "clone", "-q", str(REPO), str(old)], check=True)
-        subprocess.run(["git", "checkout", "-q", args.before], cwd=old, check=True)
-        shutil.rmtree(old / "bench")
-        shutil.copytree(REPO / "bench", old / "bench", ignore=shutil.ignore_patterns("results", "__pycache__"))
-        codes = [_run(old, out / "before", args), _run(REPO, out / "after", args)]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    codes = [0]
+    if args.side in ("both", "before"):
+        tmp = Path(tempfile.mkdtemp(prefix="loglake-before-"))
+        try:
+            old = tmp / "loglake"
+            subprocess.run(["git", "clone", "-q", str(REPO), str(old)], check=True)
+            subprocess.run(["git", "checkout", "-q", args.before], cwd=old, check=True)
+            shutil.rmtree(old / "bench")
+            shutil.copytree(REPO / "bench", old / "bench", ignore=shutil.ignore_patterns("results", "__pycache__"))
+            codes.append(_run(old, out / "before", args))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.side in ("both", "after"):
+        codes.append(_run(REPO, out / "after", args))
     md = table(out / "before", out / "after")
     (out / "before-after.md").write_text(md)
     print("\n" + md)

@@ -553,16 +553,11 @@ def _batch_measure(h: Harness, plat: Platform, t_module: float) -> dict:
 
 
 def _backlog(config) -> dict[str, int]:
-    """Per dataset, how many records the log holds beyond the batch watermark."""
-    from loglake.kafka_admin import log_bounds
-    from loglake.ledger import batch_watermarks
+    """Per dataset, how many records the log holds beyond the batch watermark (``loglake status``'s figure)."""
+    from loglake.status import dataset_status
 
-    out = {}
-    for name, ds in config.datasets.items():
-        bounds = log_bounds(config, ds.topic)
-        marks = batch_watermarks(config, ds, earliest={p: lo for p, (lo, _hi) in bounds.items()})
-        out[name] = sum(max(0, hi - max(lo, marks.get(p, lo))) for p, (lo, hi) in bounds.items())
-    return out
+    return {name: sum(p.batch_lag for p in dataset_status(config, ds).partitions)
+            for name, ds in config.datasets.items()}
 
 
 def _batch_run(h: Harness, plat: Platform, client, sizes: dict[str, int], kind: str, label: str) -> dict:
