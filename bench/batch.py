@@ -19,9 +19,12 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    starting/ending offsets) then ``.count()``.
 4. One warm-up of each on the first ``WARMUP_RECORDS`` (not counted: JVM start, code
    generation, JIT, the tables' first commit; a full-range warm-up would cost another full
-   run), then a second, warm recompute and count of that slice as a probe of the pace. If
-   ``h.repeats`` bare counts and recomputes of ``RECORDS`` at that pace (linear, so fixed
-   costs are over-counted) would not end within the module's time budget
+   run), then a second, warm recompute and count of that slice and of a tenth of it as
+   probes of the pace: seconds = fixed + per record x records, fitted to the two sizes (a
+   run's fixed costs — jobs, commits, the ledger — do not grow with the range; a pace from
+   one size multiplied them, and projected 656 s for three pairs of 5M that would have
+   taken ~225 s). If ``h.repeats`` bare counts and recomputes of ``RECORDS`` at that pace
+   would not end within the module's time budget
    (``LOGLAKE_BENCH_P4_BUDGET`` seconds after it starts, default ``BUDGET_S``; 0 = no
    limit), only as many records as fit are produced and measured (``detail.complete``
    false, ``met`` not judged). Then ``h.repeats`` pairs on the whole produced range, bare count and recompute interleaved so background load on the
@@ -243,20 +246,27 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     warm, warm_s, _ = _timed(pid, lambda: run_batch(spark, config, ds, warm_plan, "p4-warmup"))
     _probe, probe_s, probe_cpu = _timed(pid, lambda: run_batch(spark, config, ds, warm_plan, "p4-probe"))
     n_probe, probe_bare_s, _ = _timed(pid, lambda: bare(warm_plan.ranges))
+    small_plan = Plan(ds.name, tuple(OffsetRange(r.topic, r.partition, r.start, r.start + max(1, r.size // 10))
+                                     for r in warm_plan.ranges), "backfill", ("P4 benchmark: a tenth of the slice",))
+    _small, small_s, _ = _timed(pid, lambda: run_batch(spark, config, ds, small_plan, "p4-probe-small"))
+    _n, small_bare_s, _ = _timed(pid, lambda: bare(small_plan.ranges))
     h.log(f"P4: warm-up on {warm_plan.offsets:,} records: bare read+count {warm_bare_s:.1f}s, recompute "
           f"{warm_s:.1f}s ({warm['records']:,} + {warm['quarantined']:,} quarantined); warm probe: recompute "
           f"{probe_s:.1f}s, bare {probe_bare_s:.1f}s")
 
     # -- the measured range: the issue's count, unless the runs would not fit the budget ------
-    per_record = (probe_s + probe_bare_s) / max(1, warm_plan.offsets)  # linear: fixed costs over-counted
+    # A pair (bare count + recompute) of n records takes fixed + per_record x n seconds.
+    per_record = max(0.0, (probe_s + probe_bare_s - small_s - small_bare_s) / max(1, warm_plan.offsets - small_plan.offsets))
+    fixed = max(0.0, small_s + small_bare_s - per_record * small_plan.offsets)
     per_produced = produce_s / max(1, warm_n)
     profiling = os.environ.get("LOGLAKE_BENCH_P4_PROFILE", "1") != "0"
     reserve = 20 + (3 * probe_s if profiling else 0)  # the checks; the profiled run (JFR slows it)
     left = (started + budget - time.monotonic() - reserve) if budget > 0 else float("inf")
-    target = min(count, max(warm_n, int((left + warm_n * per_produced) / (h.repeats * per_record + per_produced))))
+    target = min(count, max(warm_n, int((left - h.repeats * fixed + warm_n * per_produced)
+                                        / max(1e-9, h.repeats * per_record + per_produced))))
     complete = target >= count
     if not complete:
-        h.log(f"P4: {h.repeats} runs of {count:,} records would take ~{h.repeats * per_record * count:.0f}s at the "
+        h.log(f"P4: {h.repeats} runs of {count:,} records would take ~{h.repeats * (fixed + per_record * count):.0f}s at the "
               f"probe's pace; {left:.0f}s of the {budget:.0f}s budget left: measuring {target:,} records")
     h.log(f"P4: producing {target - warm_n:,} more records")
     produce_s += workload.produce(h.bootstrap, topic, target - warm_n, RECORD_BYTES) if target > warm_n else 0.0
@@ -297,7 +307,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                    **profile}
         h.log(f"P4: profiled recompute of the slice {prof_s:.1f}s (JVM CPU {prof_cpu:.0f}s; unprofiled probe "
               f"{probe_s:.1f}s, {probe_cpu:.0f}s); by layer {profile.get('by_layer')}")
-    runs_done = 2 + h.repeats + (profile is not None)  # warm-up, probe, measured, profile
+    runs_done = 3 + h.repeats + (profile is not None)  # warm-up, the two probes, measured, profile
     last = batch_runs[-1]
     stage_groups = _stage_summary(stages or [], len(ranges), last["records"], last["quarantined"])
     h.log(f"P4: last recompute's stages: {stage_groups}")
@@ -330,7 +340,9 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         "records": measured, "records_asked": count, "complete": complete,
         "budget_s": budget if budget > 0 else None,
         "probe": {"records": warm_plan.offsets, "recompute_s": round(probe_s, 2), "bare_s": round(probe_bare_s, 2),
-                  "projected_full_pair_s": round(per_record * count, 1)},
+                  "small_records": small_plan.offsets, "small_recompute_s": round(small_s, 2),
+                  "small_bare_s": round(small_bare_s, 2), "pair_fixed_s": round(fixed, 2),
+                  "projected_full_pair_s": round(fixed + per_record * count, 1)},
         "partitions": PARTITIONS, "record_bytes_asked": RECORD_BYTES,
         "value_bytes_mean": round(value_bytes, 1), "malformed_every": workload.BAD_EVERY,
         "produce_seconds": round(produce_s, 1), "produce_records_per_s": round(total / produce_s),

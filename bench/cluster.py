@@ -117,13 +117,14 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
         producer.start()
         for i in range(KILLS):
             time.sleep(10)
-            cluster.leader(topic, 0).kill()
+            leader = cluster.leader(topic, 0)
+            leader.kill()
             killed = time.monotonic()
             ends = end_offsets(config, topic)
             wait_for(lambda: caught_up(config, ds, ends), 300, "the stream to pass the log end at the kill",
                      interval=0.5, log=stream.process)
             seconds.append(round(time.monotonic() - killed, 1))
-            h.log(f"  leader kill {i + 1} (node {leader}): the stream passed the log end at the kill "
+            h.log(f"  leader kill {i + 1} (node at {leader.bootstrap}): the stream passed the log end at the kill "
                   f"{seconds[-1]}s later")
             cluster.up(say=lambda _line: None)  # the node back before the next kill
     finally:

@@ -233,6 +233,16 @@ class Dataset(_Strict):
         return self.schema_
 
     @property
+    def stats_columns(self) -> list[str]:
+        """The columns Delta keeps per-file statistics of in the dataset's tables (each table
+        those of them it has, set when a job creates it: ``spark_jobs.delta_io.to_delta``): the
+        provenance columns every range predicate, the serving view and maintenance filter on,
+        the quarantine's layer, the key, and the Z-order columns (OPTIMIZE needs their
+        statistics). Statistics of every column cost ~30 % of a write (README, Benchmarks)."""
+        cols = ["_topic", "_partition", "_offset", "_layer", self.key, *self.maintenance.zorder_by]
+        return list(dict.fromkeys(cols))
+
+    @property
     def consumer_group(self) -> str:
         """The Kafka consumer group the speed layer commits its position to."""
         return f"loglake-speed-{self.name}"

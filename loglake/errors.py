@@ -220,6 +220,19 @@ class WriterBusyError(LoglakeError):
                          f"(one writer per dataset: batch, backfill, maintenance and loglake's commands take turns)")
 
 
+class JobCancelled(LoglakeError):
+    """The job's caller went away (an Airflow task killed or timed out, a command interrupted)
+    while the job waited for its dataset's lease: it stopped before writing anything.
+
+    Transient: the caller's next attempt runs it again."""
+
+    transient = True
+
+    def __init__(self, dataset: str, why: str):
+        self.dataset = dataset
+        super().__init__(f"the job of dataset {dataset} was cancelled before it wrote anything: {why}")
+
+
 def describe_holder(holder: dict) -> str:
     """``maintenance run manual-1 (pid 42 on host-a, since 2026-11-23T10:00:00Z)``."""
     run = f" run {holder['run_id']}" if holder.get("run_id") else ""

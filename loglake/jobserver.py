@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -59,9 +58,10 @@ def identity(config: Config) -> dict:
             "code": code_digest()}
 
 
-def ping(config: Config, timeout: float = 2.0) -> dict | None:
-    """The running application's answer (pid, running jobs, how many served), or None."""
-    address = _address(config)
+def ping(config: Config, timeout: float = 2.0, address: dict | None = None) -> dict | None:
+    """The running application's answer (pid, running jobs, how many served), or None.
+    ``address``: the address file's content, when the caller read it already."""
+    address = address or _address(config)
     conn = _connect(address, timeout) if address else None
     if conn is None:
         return None
@@ -125,10 +125,10 @@ def state(config: Config) -> str:
     pid = process(config).pid()
     if not pid:
         return "stopped"
-    answer = ping(config)
+    address = _address(config) or {}
+    answer = ping(config, address=address) if address else None
     if answer is None:
         return f"running (pid {pid}), starting (not answering yet)"
-    address = _address(config) or {}
     return (f"running (pid {pid}), answering at {address.get('host')}:{address.get('port')}; "
             f"{len(answer.get('running') or {})} job(s) running, {answer.get('served', 0)} served")
 

@@ -8,7 +8,7 @@ starts a session and writes and reads a Delta table, under the cache
 its jars); ``loglake.launch.spark_conf`` adds ``-XX:SharedArchiveFile`` when the archive for
 the running Java and pyspark exists (``loglake.launch.cds_archive``). A JVM that cannot use it (another class path) starts as
 without it, silently. Measured here: a spark-submit that starts a session and writes and
-reads a small Delta table, 10.7–12.1 s without, 8.1–8.7 s with (README, Benchmarks).
+reads a small Delta table, 10.7–12.1 s without, 8.1–8.9 s with (five runs each; README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -36,27 +36,28 @@ spark.stop()
 
 def make(force: bool = False) -> tuple[Path, float | None]:
     """Dump the archive unless it exists; (its path, seconds taken or None when it was there)."""
-    from loglake.launch import CDS_QUIET, cds_archive, log4j_file, spark_submit_bin
-    from loglake.paths import jars
+    from loglake.config import load_config
+    from loglake.launch import CDS_QUIET, cds_archive, job_env, spark_conf, submit_command
+    from loglake.sandbox import write_conf
 
     target = cds_archive()
     if target.exists() and not force:
         return target, None
+    # The drivers' own settings (spark_conf) would start this one with the old archive.
+    target.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="loglake-cds-") as tmp:
         job = Path(tmp) / "job.py"
         job.write_text(_JOB)
         dump = target.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [spark_submit_bin(), "--master", "local[2]", "--driver-memory", "1g",
-               "--jars", ",".join(str(j) for j in jars("spark")),
-               "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
-               "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-               "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={log4j_file()} "
-                         f"-XX:ArchiveClassesAtExit={dump} {CDS_QUIET}",
-               str(job), str(Path(tmp) / "table")]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+        # A driver as loglake submits one (same jars, class path and settings; a local
+        # profile of a throwaway conf dir), that writes the archive when it exits.
+        config = load_config(write_conf(Path(tmp), "localhost:9"), home=Path(tmp) / "state")
+        jvm = f"{spark_conf(config)['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={dump} {CDS_QUIET}"
+        cmd = submit_command(config, str(job), [str(Path(tmp) / "table")], "loglake-cds",
+                             {"spark.driver.extraJavaOptions": jvm})
+        env = job_env(config)
         log = target.with_suffix(".log")
         with open(log, "w") as out:
             code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode

@@ -48,13 +48,13 @@ def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
     (``loglake.jvm_cds`` makes it at setup; it may not exist)."""
     import hashlib
-    import shutil
 
-    java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if os.environ.get("JAVA_HOME") else (
-        shutil.which("java") or "java")
+    from loglake.embedded_kafka import java_executable
+    from loglake.errors import SetupError
+
     try:
-        version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    except OSError:  # no Java here (a machine that only submits to a cluster): no archive either
+        version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
+    except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
         version = "none"
     jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
     key = hashlib.sha256("\n".join([version, str(spark_home()), *jars]).encode()).hexdigest()[:16]

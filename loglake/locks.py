@@ -49,7 +49,7 @@ from typing import Iterator
 
 import psutil
 
-from loglake.errors import WriterBusyError, describe_holder
+from loglake.errors import JobCancelled, WriterBusyError, describe_holder
 
 TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
 TTL_SECONDS = 60.0
@@ -178,10 +178,12 @@ def current_token() -> str | None:
 @contextmanager
 def writer(config, dataset: str, operation: str, run_id: str | None = None,
            wait_seconds: float | None = None, say=None, inherited: str | None = None,
-           export: bool = True) -> Iterator[str]:
+           export: bool = True, cancel: threading.Event | None = None) -> Iterator[str]:
     """Hold the dataset's lease for the block (waiting up to ``wait_seconds`` for another
     holder); yields the token, also set in ``LOGLAKE_LOCK_TOKEN`` for the jobs it starts
     (unless ``export`` is false: a thread of a process that runs several jobs at once).
+    ``cancel`` set while it waits (the job's caller went away): ``JobCancelled`` at once,
+    the lease never taken.
 
     Re-entrant through the token: inside a holder (``inherited``, else this thread's lease,
     else the token in the environment), the block runs under the same lease and leaves it to
@@ -194,6 +196,8 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
     started = time.monotonic()
     told = False
     while True:
+        if cancel is not None and cancel.is_set():
+            raise JobCancelled(dataset, "its caller went away while it waited for the dataset's lease")
         token, held, nested = lock.try_acquire(operation, run_id, inherited)
         if token:
             break
@@ -204,7 +208,11 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
             (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
                 f"loglake: {dataset} is being written by {describe_holder(held)}; waiting (up to {wait_seconds:.0f}s)")
             told = True
-        time.sleep(min(1.0, max(0.05, wait_seconds - waited)))
+        delay = min(1.0, max(0.05, wait_seconds - waited))
+        if cancel is not None:
+            cancel.wait(delay)
+        else:
+            time.sleep(delay)
     if nested:
         mark = _TOKEN.set(token)
         try:

@@ -60,8 +60,8 @@ def must_stage(config: Config, ds: Dataset, ranges: list[OffsetRange]) -> bool:
     return any(r.partition in marks and r.start < marks[r.partition] for r in ranges)
 
 
-def _replace(df: DataFrame, path: str, predicate: str, pause=None) -> None:
-    delta_io.replace_rows(df.sparkSession, df, path, predicate, pause)
+def _replace(df: DataFrame, ds: Dataset, path: str, predicate: str, pause=None) -> None:
+    delta_io.replace_rows(df.sparkSession, df, path, predicate, pause, ds.stats_columns)
 
 
 def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
@@ -75,26 +75,26 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
     if ds.kind == "changelog":
         state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
         with phases("read_validate_write"):
-            state.write.format("delta").mode("overwrite").option("mergeSchema", "true").save(batch_path)
+            delta_io.to_delta(state, "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         with phases("quarantine"):
-            _replace(parse.quarantine_rows(validated, "batch"), quarantine_path,
+            _replace(parse.quarantine_rows(validated, "batch"), ds, quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
         n = observation.get
     else:
         # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
         predicate = range_predicate(ranges)
         with phases("read_validate_write"):
-            _replace(valid, batch_path, predicate)
+            _replace(valid, ds, batch_path, predicate)
             n = observation.get
         where = f"_layer = 'batch' AND ({predicate})"
         with phases("quarantine"):
             if n["quarantined"]:
                 bad = parse.validate(parse.bad_records(raw, n, config, ds.topic), ds)
-                _replace(parse.quarantine_rows(bad, "batch"), quarantine_path, where, pause)
+                _replace(parse.quarantine_rows(bad, "batch"), ds, quarantine_path, where, pause)
             elif delta_io.table_exists(spark, quarantine_path):
                 delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
             else:
-                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path)
+                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path, ds.stats_columns)
     return n
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager, nullcontext
-from typing import Callable, ContextManager, TypeVar
+from typing import Callable, ContextManager, Sequence, TypeVar
 
 # The translation of Delta's JVM conflict exceptions into these Python types is installed by
 # importing ``delta.exceptions.captured`` (delta-spark 4.0 no longer does it when
@@ -27,7 +27,7 @@ from delta.exceptions import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
 from loglake.retrying import attempts_made
@@ -60,6 +60,22 @@ def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATT
                          on_retry=say)
 
 
+# The table property naming the columns Delta collects per-file statistics (min, max, nulls) of.
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def to_delta(df: DataFrame, mode: str, stats: Sequence[str] | None = None) -> DataFrameWriter:
+    """``df.write`` to Delta in ``mode``. A table the write creates keeps statistics of those
+    of the ``stats`` columns ``df`` has (``Dataset.stats_columns``), not of every column: they
+    cost ~30 % of a write, and only the filtered-on columns use them. Delta takes a ``delta.*``
+    option as a table property when the write creates the table and ignores it otherwise; each
+    table names only columns it has, so an added column (``ALTER TABLE ... ADD COLUMNS``)
+    never meets a property naming a column the table lacks."""
+    writer = df.write.format("delta").mode(mode)
+    keep = [c for c in stats or () if c in df.columns]
+    return writer.option(STATS_COLUMNS, ",".join(keep)) if keep else writer
+
+
 def table_exists(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
@@ -81,7 +97,7 @@ def _holds(spark: SparkSession, path: str, predicate: str) -> bool:
 
 
 def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
-                 pause: Callable[[], ContextManager] | None = None) -> int:
+                 pause: Callable[[], ContextManager] | None = None, stats: Sequence[str] | None = None) -> int:
     """Replace the rows of the table at ``path`` matching ``predicate`` with ``df``, in one
     commit; returns the attempts made.
 
@@ -94,13 +110,14 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     runs inside ``pause`` (``loglake.locks.appends_paused``: the stream holds its appends),
     retried on conflicts. Only the single writer of the dataset (``loglake.locks``) writes
     rows matching ``predicate``, so none can appear between the check and the append.
+    ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
     if not _holds(spark, path, predicate):
-        df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+        to_delta(df, "append", stats).option("mergeSchema", "true").save(path)
         return 1
     with (pause or nullcontext)():
         _result, attempts = retry_conflicts(
-            lambda: df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+            lambda: to_delta(df, "overwrite", stats).option("replaceWhere", predicate)
             .option("mergeSchema", "true").save(path),
             f"replace the rows of {path} where {predicate[:120]}")
     return attempts
@@ -145,19 +162,22 @@ def columns_of(df: DataFrame, names: list[str] | None = None) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields if names is None or f.name in names}
 
 
-def create_if_missing(df: DataFrame, path: str) -> None:
-    """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists."""
-    df.limit(0).write.format("delta").mode("ignore").save(path)
+def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = None) -> None:
+    """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists
+    (``stats``: ``to_delta``'s)."""
+    to_delta(df.limit(0), "ignore", stats).save(path)
 
 
-def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metadata: dict | None = None) -> None:
+def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metadata: dict | None = None,
+                      stats: Sequence[str] | None = None) -> None:
     """Append ``df`` to the Delta table at ``path`` unless (app_id, version) already landed.
 
     ``mergeSchema``: a column the dataset's schema added since (``loglake.schemas``: only
     additive changes get this far) is added to the table; older rows read it as null.
     ``metadata``: recorded as the commit's ``userMetadata`` (JSON), e.g. the schema version.
+    ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
-    writer = (df.write.format("delta").mode("append").option("mergeSchema", "true")
+    writer = (to_delta(df, "append", stats).option("mergeSchema", "true")
               .option("txnAppId", app_id).option("txnVersion", version))
     if metadata:
         writer = writer.option("userMetadata", json.dumps(metadata, sort_keys=True))
@@ -224,19 +244,21 @@ NEWER = ("(s._partition = t._partition AND s._offset > t._offset) OR (s._partiti
          "s._partition > t._partition)))")
 
 
-def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int) -> int:
+def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int,
+                 stats: Sequence[str] | None = None) -> int:
     """Fold a batch of changes into the latest-state table at ``path``; returns the attempts made.
 
     Newest offset per key wins within the batch and across batches (an older change
     never overwrites a newer one); a tombstone (``_deleted``) deletes the key. A commit
     conflict (maintenance compacting the table meanwhile) is retried: the MERGE is
-    idempotent per (app_id, version), so a retry cannot apply the batch twice.
+    idempotent per (app_id, version), so a retry cannot apply the batch twice. ``stats``:
+    ``to_delta``'s, when this creates the table.
     """
     from delta.tables import DeltaTable
 
     state_cols = [c for c in changes.columns if c != "_deleted"]
     if not table_exists(spark, path):
-        create_if_missing(changes.select(*state_cols), path)
+        create_if_missing(changes.select(*state_cols), path, stats)
     elif _known_columns.get(path) != tuple(state_cols):
         # A field the schema added since (an additive change): the state table gains it first.
         add_missing_columns(spark, path, columns_of(changes, state_cols), "latest state")

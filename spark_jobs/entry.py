@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Callable
 
@@ -49,12 +50,13 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
 
 
 def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, inherited: str | None = None,
-            export: bool = True, before_body: Callable[[], None] | None = None) -> dict:
+            export: bool = True, cancel: threading.Event | None = None) -> dict:
     """Parse the request, load the configuration, check the schema and, under the dataset's
     lease for a writer, run ``body`` in the Spark session ``session(config, name)`` gives
     (a context manager yielding ``(spark, start_seconds, shared)``). The summary says how
     long the session took to be ready (``start_seconds``) and whether it was the shared
-    application's (``shared_application``). ``inherited``/``export``: ``locks.writer``'s.
+    application's (``shared_application``). ``inherited``/``export``/``cancel``: ``locks.writer``'s
+    (``cancel`` set: the caller went away; a job still waiting for the lease stops at once).
     """
     request = JobRequest.parse(job, argv)
     config: Config = load_config()
@@ -62,11 +64,9 @@ def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, in
     check_schema(config, ds)  # a breaking schema change: refused before the JVM starts
     # One writer per dataset: the lease is taken before the JVM starts (a job that waits
     # costs no memory) and held until the session stopped.
-    lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export)
+    lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
              if job in WRITERS else nullcontext())
     with lease:
-        if before_body is not None:
-            before_body()
         with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
             summary = body(spark, config, ds, request)
     return {**summary, "start_seconds": round(start_seconds, 3), "shared_application": shared}

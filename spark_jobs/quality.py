@@ -197,17 +197,17 @@ def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: st
     if ds.kind == "changelog":
         # mergeSchema, never overwriteSchema: a column is never dropped from a served table
         # (a field's removal is refused at config load, loglake.schemas).
-        (staged["batch"].write.format("delta").mode("overwrite").option("mergeSchema", "true")
-         .save(batch_path))
+        delta_io.to_delta(staged["batch"], "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
     else:
         where = range_predicate(ranges)
-        (staged["batch"].where(where).write.format("delta").mode("overwrite").option("replaceWhere", where)
+        (delta_io.to_delta(staged["batch"].where(where), "overwrite", ds.stats_columns).option("replaceWhere", where)
          .option("mergeSchema", "true").save(batch_path))
         where = f"_layer = 'batch' AND ({where})"
     # The speed stream appends to the quarantine table meanwhile (delta_io.replace_rows).
     delta_io.replace_rows(spark, staged["quarantine"].where(where), quarantine_path, where,
-                          lambda: appends_paused(config, ds.name, f"quality {run_id}: swap in {ds.tables.quarantine}"))
+                          lambda: appends_paused(config, ds.name, f"quality {run_id}: swap in {ds.tables.quarantine}"),
+                          ds.stats_columns)
 
 
 def drop_staging(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> None:

@@ -83,11 +83,12 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
         state = spark.read.format("delta").option("versionAsOf", batch_version).load(config.table_path(ds, "batch"))
         with delta_io.commit_metadata(spark, {"loglake_job": "rebuild", "loglake_run_id": run_id,
                                               "loglake_from_batch_version": batch_version}):
-            state.write.format("delta").mode("overwrite").save(path)
+            delta_io.to_delta(state, "overwrite", ds.stats_columns).save(path)
     changes = None
     if ranges:
         changes = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
-        delta_io.merge_latest(spark, changes, path, ds.key, f"loglake-rebuild-{ds.name}-{run_id}", 0)
+        delta_io.merge_latest(spark, changes, path, ds.key, f"loglake-rebuild-{ds.name}-{run_id}", 0,
+                              ds.stats_columns)
     rows = spark.read.format("delta").load(path).count() if delta_io.table_exists(spark, path) else 0
     return {"layer": "latest", "set_aside": aside, "from_batch_version": batch_version,
             "offsets": sum(r.size for r in ranges), "records": rows}

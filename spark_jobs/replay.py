@@ -104,7 +104,7 @@ def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: Data
         rows = rows.join(held, POSITION, "left_anti")
     meta = {"loglake_job": "replay", "loglake_run_id": run_id, "loglake_schema_version": version}
     with delta_io.commit_metadata(spark, meta):
-        rows.write.format("delta").mode("append").option("mergeSchema", "true").save(speed_path)
+        delta_io.to_delta(rows, "append", ds.stats_columns).option("mergeSchema", "true").save(speed_path)
         quarantine = config.table_path(ds, "quarantine")
         with appends_paused(config, ds.name, f"replay {run_id}: {ds.tables.quarantine}"):
             if ds.tables.latest is not None:
@@ -128,7 +128,7 @@ def _correct_latest(spark: SparkSession, config: Config, ds: Dataset, moved: Dat
     path, key = config.table_path(ds, "latest"), ds.key
     keys = moved.select(key).distinct()
     if not delta_io.table_exists(spark, path):
-        delta_io.create_if_missing(serving_view(spark, config, ds).limit(0), path)
+        delta_io.create_if_missing(serving_view(spark, config, ds).limit(0), path, ds.stats_columns)
 
     def merge() -> None:
         view = serving_view(spark, config, ds)

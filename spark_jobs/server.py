@@ -24,6 +24,7 @@ cancelled (their clients see a transient failure and retry), the session is stop
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
@@ -69,8 +70,10 @@ class _ThreadOutput(io.TextIOBase):
 
 
 class Server:
-    def __init__(self, config: Config, spark, identity: dict, concurrency: int):
-        self.config, self.spark, self.identity = config, spark, identity
+    def __init__(self, config: Config, spark, identity: dict, identity_conf: dict[str, str], concurrency: int):
+        # What a request must match: its state, conf, profile and code (``identity``), and the
+        # profile's Spark settings now (``identity_conf``: those the application started with).
+        self.config, self.spark, self.identity, self.identity_conf = config, spark, identity, identity_conf
         self.token = secrets.token_hex(16)
         self.slots = threading.BoundedSemaphore(concurrency)
         self.quality_gate = threading.Lock()
@@ -159,18 +162,14 @@ class Server:
         try:
             body = importlib.import_module(SERVED[job]).run_job
 
-            def before_body() -> None:
-                if gone.is_set():
-                    raise _Cancelled("its client went away")
-
             waited = time.monotonic()
             with self.slots:
                 if job == "quality":
                     self.quality_gate.acquire()
                 try:
                     queued = time.monotonic() - waited
-                    summary = entry.execute(job, argv, body, self._session(group), inherited=lease, export=False,
-                                            before_body=before_body)
+                    summary = entry.execute(job, argv, body, functools.partial(self._session, group),
+                                            inherited=lease, export=False, cancel=gone)
                     outcome.update(summary={**summary, "queued_seconds": round(queued, 3)}, code=0)
                 finally:
                     if job == "quality":
@@ -178,8 +177,6 @@ class Server:
         except LoglakeError as e:
             print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
             outcome.update(summary=failure(e), code=2)
-        except _Cancelled as e:
-            outcome.update(summary={**failure(e), "transient": True}, code=1)
         except Exception as e:
             known = entry.known_jvm_error(e)
             if known is not None:
@@ -190,11 +187,12 @@ class Server:
                 outcome.update(summary=failure(e), code=1)
         finally:
             self.sinks.sink = None
-            self.served += 1
+            with self.lock:
+                self.served += 1
             self._log(f"{group} {' '.join(argv[:2])}: {'ok' if outcome.get('code') == 0 else 'failed'}")
 
     @contextmanager
-    def _session_cm(self, group: str, name: str):
+    def _session(self, group: str, config: Config, name: str):
         session = self.spark.newSession()
         sc = self.spark.sparkContext
         sc.setJobGroup(group, name, interruptOnCancel=True)
@@ -203,9 +201,6 @@ class Server:
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
             sc.setLocalProperty("spark.job.description", None)
-
-    def _session(self, group: str):
-        return lambda config, name: self._session_cm(group, name)
 
     def _cancel(self, group: str, why: str) -> None:
         self._log(f"{group}: cancelled ({why})")
@@ -219,10 +214,6 @@ class Server:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         sys.__stdout__.write(f"{stamp} loglake spark-jobs: {message}\n")
         sys.__stdout__.flush()
-
-
-class _Cancelled(Exception):
-    pass
 
 
 def _closed(conn: socket.socket) -> bool:
@@ -245,8 +236,7 @@ def serve(argv: list[str] | None = None) -> int:
     if concurrency < 1:
         raise ParamError("LOGLAKE_SPARK_JOBS_CONCURRENCY", f"must be a whole number >= 1, not {concurrency}")
     spark = get_spark(config, "loglake-jobs")
-    server = Server(config, spark, identity(config), concurrency)
-    server.identity_conf = spark_conf(config)
+    server = Server(config, spark, identity(config), spark_conf(config), concurrency)
     # Job threads' output goes to their clients; the rest (and the JVM's) to the server's log.
     sys.stdout = _ThreadOutput(sys.__stdout__, server.sinks)
     sys.stderr = _ThreadOutput(sys.__stderr__, server.sinks)

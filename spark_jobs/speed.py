@@ -63,21 +63,23 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
         landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
         if landed is not None and landed >= batch_id:
             delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id,
-                                       meta)
+                                       meta, ds.stats_columns)
         else:
             # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
             # by one below the limit, else a window per partition (bounded either way).
             exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
             observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
-                                       app_id, batch_id, meta)
+                                       app_id, batch_id, meta, ds.stats_columns)
             counts = observation.get
             if counts["quarantined"]:
                 bad = parse.validate(parse.bad_records(batch, counts, config, topic or ds.topic), ds)
-                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta)
+                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta,
+                                           ds.stats_columns)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
-            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id)
+            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
+                                  ds.stats_columns)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -223,23 +225,22 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
-    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"))
+    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
     reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
     reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
     source = reader.load()
 
-    stream_id: dict[str, str] = {}
-    done: list[int] = []  # the micro-batches this query wrote: the next ones are new, never replays
+    stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
-        if "id" not in stream_id:
+        first = "id" not in stream_id  # only a query's first micro-batch can replay one that landed
+        if first:
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
         process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version, topic,
-                      replay_possible=not done or batch_id <= done[-1])
-        done[:] = [batch_id]
+                      replay_possible=first)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)

@@ -76,6 +76,19 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     assert batch_watermarks(config, ds) == ends
     assert "spark-jobs" not in r.stderr and "Traceback" not in r.stdout + r.stderr
     shared = {layer: rows(config, ds, layer) for layer in ("batch", "quarantine")}
+    # Delta keeps statistics of the filtered-on columns each table has (provenance, key,
+    # Z-order; the quarantine's layer), named in the table's own property.
+    from deltalake import DeltaTable
+
+    names = {"batch": "_topic,_partition,_offset,user_id", "quarantine": "_topic,_partition,_offset,_layer"}
+    for layer, expected in names.items():
+        assert DeltaTable(config.table_path(ds, layer)).metadata().configuration[
+            "delta.dataSkippingStatsColumns"] == expected, layer
+    actions = DeltaTable(config.table_path(ds, "batch")).get_add_actions(flatten=True)
+    assert actions.num_rows > 0
+    stats = {c.split(".", 1)[1] for c in actions.schema.names if c.startswith("min.")}
+    assert stats == {"_topic", "_partition", "_offset", "user_id"}, stats
+
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
     from loglake.planning import plan_backfill
@@ -124,7 +137,10 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
         wait_for(lambda: (jobserver.ping(config) or {}).get("running"), 30, "the job to be accepted")
         time.sleep(1)  # it waits for the lease we hold
         conn.close()
-        time.sleep(1.5)  # the server notices (it checks every 0.5 s)
+        # The job stops at once, while the lease is still held: its wait for the lease is
+        # cancelled (it does not hold a thread until the lease frees).
+        wait_for(lambda: not (jobserver.ping(config) or {}).get("running"), 10,
+                 "the cancelled job to end while the lease is held")
     jobserver.wait_idle(config, timeout=60)
     assert DatasetLock(config, ds.name).holder() is None
     assert not [r for r in ledger_rows(config, ds) if r["run_id"] == "cancelled-run"]

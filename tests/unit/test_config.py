@@ -43,6 +43,15 @@ def test_shipped_config_loads(conf):
     assert c.system_table_path(QUALITY_RESULTS) == "/tmp/x/lake/_quality_results"
 
 
+def test_statistics_are_kept_of_provenance_key_and_zorder_columns(conf):
+    c = load_config(conf, home="/tmp/x")
+    assert c.dataset("job_views").stats_columns == ["_topic", "_partition", "_offset", "_layer", "user_id"]
+    edit(conf / "datasets" / "job_views.yaml", lambda d: d["maintenance"].update(zorder_by=["job_id", "user_id"]))
+    assert load_config(conf).dataset("job_views").stats_columns == [
+        "_topic", "_partition", "_offset", "_layer", "user_id", "job_id"]
+    assert load_config(conf).dataset("company_ceos").stats_columns[-1] == "company_id"
+
+
 def test_topic_defaults_to_dataset_name(conf):
     edit(conf / "datasets" / "job_views.yaml", lambda d: d.pop("topic", None))
     assert load_config(conf).dataset("job_views").topic == "job_views"

@@ -14,7 +14,7 @@ import pytest
 
 from loglake import locks
 from loglake.config import load_config
-from loglake.errors import ConfigError, WriterBusyError
+from loglake.errors import ConfigError, JobCancelled, WriterBusyError
 from loglake.processes import wait_for
 from loglake.sandbox import write_conf
 
@@ -63,6 +63,28 @@ def test_a_second_writer_is_refused_naming_the_holder_and_waits_for_it(config):
         p.kill()
     assert locks.holders(config, ["job_views"]) == {}
 
+
+
+def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
+    """The shared Spark application's job whose caller went away: its wait for the lease ends
+    when ``cancel`` is set, not when the holder lets go, and it never takes the lease."""
+    import threading
+
+    p, token = hold(config, 30)
+    try:
+        cancel = threading.Event()
+        threading.Timer(0.5, cancel.set).start()
+        t0 = time.monotonic()
+        with pytest.raises(JobCancelled) as e:
+            with locks.writer(config, "job_views", "batch", "run-9", wait_seconds=60, say=lambda m: None,
+                              cancel=cancel):
+                pytest.fail("the cancelled writer ran its block")
+        assert time.monotonic() - t0 < 5
+        assert e.value.transient and "job_views" in str(e.value)
+        assert locks.holders(config, ["job_views"])["job_views"]["pid"] == p.pid
+    finally:
+        p.kill()
+        p.wait()
 
 def test_a_crashed_holder_never_blocks(config):
     p, _token = hold(config, 300)
