@@ -340,17 +340,24 @@ def read_records(config: Config, topic: str, wanted: dict[int, list[int]], timeo
         # An offset deleted meanwhile: the oldest record that is still there.
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed" if committed else "read_uncommitted",
-        # Few records per offset are wanted, not the default prefetch of up to 64 MiB each.
-        "queued.min.messages": 1,
+        # A bounded prefetch (not the default of up to 64 MiB): consume() finds a batch
+        # waiting instead of one fetch's worth (with queued.min.messages=1 each call waited
+        # for its timeout, and a read of 1 KB records did not finish in 30 s).
+        "queued.min.messages": 10_000,
+        "queued.max.messages.kbytes": 16 * 1024,
+        # Small fetches: after a seek only the next few records are wanted, and a fetch of
+        # well-compressed records decompresses many times its size.
         "fetch.max.bytes": 1024 * 1024,
-        "max.partition.fetch.bytes": 64 * 1024 if not read_on else 1024 * 1024,
+        "max.partition.fetch.bytes": 64 * 1024,
     }))
     found: dict[tuple[int, int], object] = {}
     try:
         c.assign([TopicPartition(topic, p, offs[0]) for p, offs in todo.items()])
         deadline = time.monotonic() + timeout
         while todo and time.monotonic() < deadline:
-            for msg in c.consume(num_messages=1000, timeout=0.5):
+            # consume() waits for num_messages or the timeout: a short one, so that a partial
+            # batch (all a fetch brought) is handled at once, not after half a second.
+            for msg in c.consume(num_messages=1000, timeout=0.05):
                 p = msg.partition()
                 targets = todo.get(p)
                 if not targets:

@@ -84,6 +84,32 @@ def test_quarantined_records_read_by_the_driver_equal_a_second_spark_pass(spark,
     assert row_hashes(spark, q_path) == by_driver and len(by_driver) == res.bad
 
 
+def test_the_driver_reads_few_records_spread_over_many_1kb_records_within_its_time(make_config):
+    """Defect found by P1 (stop 19): with ``queued.min.messages=1`` each ``consume()`` waited its
+    whole 0.5 s timeout for one fetch's worth, so reading a few records spread over tens of
+    thousands of 1 KB records did not finish in the 15 s the quarantine read allows: every
+    speed micro-batch with malformed records waited 15 s, then made the Spark pass anyway.
+    Both ways of reading (on across small gaps, seeking to each) return every record."""
+    from confluent_kafka import Producer
+
+    from loglake.kafka_admin import ensure_topic, read_records
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    topic = ensure_topic(config, ds)
+    producer = Producer({**config.kafka_client_conf(), "linger.ms": 20, "compression.type": "lz4"})
+    for i in range(40_000):
+        producer.produce(topic, value=(f"{i:08d}" + "x" * 1016).encode(), partition=0)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    wanted = list(range(100, 40_000, 800))  # 50 records, 800 offsets apart
+    for read_on in (512, 0):
+        found = read_records(config, topic, {0: wanted}, timeout=15, read_on=read_on)
+        assert sorted(o for _p, o in found) == wanted, read_on
+        assert all(found[0, o].value()[:8] == f"{o:08d}".encode() for o in wanted)
+
+
 def test_backfill_replaces_only_its_range(spark, make_config):
     config = make_config()
     ds = config.dataset("job_views")
