@@ -255,15 +255,18 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
           f"{probe_s:.1f}s, bare {probe_bare_s:.1f}s")
 
     # -- the measured range: the count, unless the runs would not fit the budget ------
-    # A pair (bare count + recompute) of n records takes fixed + per_record x n seconds.
-    per_record = max(0.0, (probe_s + probe_bare_s - small_s - small_bare_s) / max(1, warm_plan.offsets - small_plan.offsets))
+    # A pair (bare count + recompute) of n records takes fixed + per_record x n seconds. The
+    # slice's two runs of each (warm-up, probe) give its time: the faster (a slow one is the
+    # machine's noise — 10.2 s after 8.5 s once — and projected 414 s for runs of 183 s).
+    slice_s = min(warm_s, probe_s) + min(warm_bare_s, probe_bare_s)
+    per_record = max(0.0, (slice_s - small_s - small_bare_s) / max(1, warm_plan.offsets - small_plan.offsets))
     fixed = max(0.0, small_s + small_bare_s - per_record * small_plan.offsets)
     per_produced = produce_s / max(1, warm_n)
     profiling = os.environ.get("LOGLAKE_BENCH_P4_PROFILE", "1") != "0"
     reserve = 20 + (3 * probe_s if profiling else 0)  # the checks; the profiled run (JFR slows it)
     left = (started + budget - time.monotonic() - reserve) if budget > 0 else float("inf")
-    target = min(count, max(warm_n, int((left - h.repeats * fixed + warm_n * per_produced)
-                                        / max(1e-9, h.repeats * per_record + per_produced))))
+    fit = (left - h.repeats * fixed + warm_n * per_produced) / max(1e-9, h.repeats * per_record + per_produced)
+    target = count if fit >= count else max(warm_n, int(fit))
     complete = target >= count
     if not complete:
         h.log(f"P4: {h.repeats} runs of {count:,} records would take ~{h.repeats * (fixed + per_record * count):.0f}s at the "
