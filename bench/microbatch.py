@@ -60,8 +60,9 @@ def _jobs(spark) -> dict[tuple[str, str], list[float]]:
         if not (j.submissionTime().isDefined() and j.completionTime().isDefined()):
             continue
         desc = j.description().get() if j.description().isDefined() else ""
-        what = ("Delta: " if desc.startswith("Delta:") else "") + (desc.split(": ", 2)[-1] if "Compute" in desc else
-                                                                 "the micro-batch's write" if " batch = " in desc else desc[:60])
+        # A stream's job descriptions name the query, run and batch ids, and Delta's the version.
+        what = ("Delta: state reconstruction of the new snapshot" if "Compute snapshot" in desc else
+                "the micro-batch's write" if "batch = " in desc else desc.split("\n")[0][:60])
         out[(j.name().split(" at ")[0], what)].append(
             (j.completionTime().get().getTime() - j.submissionTime().get().getTime()) / 1000)
     return out
