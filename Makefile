@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
-.PHONY: setup jars test test-unit test-integration bench soak demo up down status clean-state
+.PHONY: setup jars test test-unit test-integration test-long bench soak demo up down status clean-state
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
 setup: $(STAMP) jars
@@ -23,10 +23,14 @@ jars: $(STAMP)
 	$(PY) -m loglake.setup_jvm
 	$(PY) -m loglake.jvm_cds
 
-## test: the whole suite in two pytest workers, one test file each at a time (each worker starts its
-## own broker and Spark session); serially it took 38.5 min using 0.77 of the 2 cores on average
+## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
+## broker and Spark session), but the CI-size copies of long soak scenarios (R2, R4, R7: test-long)
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile -m "not long"
+
+## test-long: the CI-size copies of the long soak scenarios (R2, R4, R7), ~9 min
+test-long: setup
+	$(PY) -m pytest -n 2 --dist loadfile -m long
 
 test-unit: setup
 	$(PY) -m pytest tests/unit

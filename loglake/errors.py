@@ -233,6 +233,20 @@ class JobCancelled(LoglakeError):
         super().__init__(f"the job of dataset {dataset} was cancelled before it wrote anything: {why}")
 
 
+class StreamRunningError(LoglakeError):
+    """Another speed stream of the dataset runs (``loglake.locks.stream_lease``): one query per
+    checkpoint, or two would write the same micro-batch.
+
+    Transient: once that one stops, this one can start."""
+
+    transient = True
+
+    def __init__(self, dataset: str, holder: str):
+        self.dataset = dataset
+        super().__init__(f"a speed stream of dataset {dataset} runs already ({holder or 'its holder unknown'}); "
+                         f"one stream per dataset: stop it first (loglake speed stop {dataset})")
+
+
 def describe_holder(holder: dict) -> str:
     """``maintenance run manual-1 (pid 42 on host-a, since 2026-11-23T10:00:00Z)``."""
     run = f" run {holder['run_id']}" if holder.get("run_id") else ""

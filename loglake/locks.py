@@ -49,7 +49,7 @@ from typing import Iterator
 
 import psutil
 
-from loglake.errors import JobCancelled, WriterBusyError, describe_holder
+from loglake.errors import JobCancelled, StreamRunningError, WriterBusyError, describe_holder
 
 TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
 TTL_SECONDS = 60.0
@@ -193,10 +193,11 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
         wait_seconds = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
     lock = DatasetLock(config, dataset)
     inherited = inherited or _TOKEN.get() or (os.environ.get(TOKEN_ENV) if export else None)
+    cancel = cancel or threading.Event()  # never set: its wait is a plain sleep
     started = time.monotonic()
     told = False
     while True:
-        if cancel is not None and cancel.is_set():
+        if cancel.is_set():
             raise JobCancelled(dataset, "its caller went away while it waited for the dataset's lease")
         token, held, nested = lock.try_acquire(operation, run_id, inherited)
         if token:
@@ -208,11 +209,7 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
             (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
                 f"loglake: {dataset} is being written by {describe_holder(held)}; waiting (up to {wait_seconds:.0f}s)")
             told = True
-        delay = min(1.0, max(0.05, wait_seconds - waited))
-        if cancel is not None:
-            cancel.wait(delay)
-        else:
-            time.sleep(delay)
+        cancel.wait(min(1.0, max(0.05, wait_seconds - waited)))
     if nested:
         mark = _TOKEN.set(token)
         try:
@@ -244,6 +241,33 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
             else:
                 os.environ[TOKEN_ENV] = before
         lock.release(token)
+
+
+@contextmanager
+def stream_lease(config, dataset: str) -> Iterator[None]:
+    """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError`` at once:
+    one stream per dataset (its micro-batches after the first are appended without Delta's
+    transaction check, ``spark_jobs.speed.process_batch``). An ``flock`` on a file of
+    ``lake.locks``: the kernel lets go when the holder's process ends, however it ends."""
+    directory = lock_dir(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{dataset}.stream"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise StreamRunningError(dataset, f.read().strip()) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {_iso(_now())}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def holders(config, datasets) -> dict[str, dict]:

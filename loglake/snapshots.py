@@ -22,7 +22,9 @@ by default); maintenance records a new serving point after it compacts the batch
 The speed-side tables are pinned at one micro-batch of the stream. A micro-batch commits
 its valid rows to the speed table, then (when it has some) its quarantined rows to the
 quarantine table, then (a changelog) its MERGE into the latest state, each a Delta commit
-tagged with the stream's transaction id and the batch id (``spark_jobs/speed.py``). A reader
+tagged with the stream's transaction id and the batch id (``spark_jobs/speed.py``: in the
+commit's ``userMetadata``, ``stream_commits`` reads them; Delta's own SetTransaction record
+only on a query's first micro-batch, where Delta checks it, see ``spark_jobs.delta_io``). A reader
 pinning between two of those commits would see a batch's rows without its quarantined
 offsets. So step 1 pins the speed table, takes the newest batch b it holds, and keeps b only
 if the stream has finished it (its checkpoint's commit log holds b: every part of b is
@@ -111,9 +113,85 @@ def _finished(checkpoint: Path, batch_id: int, as_of_ms: int | None) -> bool:
     return as_of_ms is None or done.st_mtime * 1000 <= as_of_ms
 
 
-def _through(table, app: str, batch_id: int) -> int | None:
+# The commit metadata (``userMetadata``, JSON) naming the stream and micro-batch of a commit.
+STREAM_KEY, BATCH_KEY = "loglake_stream", "loglake_batch"
+# A walk down a table's history for a stream's commits reads at most this many commits ...
+WALK_COMMITS = 2_000
+# ... and, looking for a micro-batch's commits, none written this long before the speed
+# table's newest commit of the stream (the micro-batches after it all wrote later).
+WALK_SKEW_MS = 600_000
+
+
+def stream_commits(path: str, app: str, upto: int | None = None, limit: int | None = WALK_COMMITS):
+    """``(version, batch, timestamp ms)`` of the commits of stream ``app`` (the ``userMetadata`` of
+    ``spark_jobs.delta_io.append_idempotent`` and of the stream's MERGE) to the table at
+    ``path``, newest first, at or below version ``upto``; yields ``(version, None, timestamp)``
+    for every other commit too, so that a caller can stop on time. Reads the history from the
+    newest commit down, in growing pages, at most ``limit`` commits (None: all)."""
+    table = open_table(path)
+    if table is None:
+        return
+    seen, page = 0, 32
+    while True:
+        page = page if limit is None else min(page, limit)
+        entries = table.history(page)
+        for entry in entries[seen:]:
+            version = entry.get("version")
+            if version is None or (upto is not None and version > upto):
+                continue
+            batch = None
+            try:
+                meta = json.loads(entry.get("userMetadata") or "{}")
+                if isinstance(meta, dict) and meta.get(STREAM_KEY) == app and BATCH_KEY in meta:
+                    batch = int(meta[BATCH_KEY])
+            except (ValueError, TypeError):
+                pass
+            yield version, batch, entry.get("timestamp", 0)
+        if len(entries) < page or (limit is not None and page >= limit):
+            return
+        seen, page = len(entries), page * 8
+
+
+def stream_batch(path: str, app: str, limit: int | None = None) -> int | None:
+    """The newest micro-batch of stream ``app`` in the table at ``path`` (None: none): from its
+    commits' metadata, or Delta's SetTransaction record (tables written before the metadata named
+    the batch). ``limit``: commits read at most (None: all, the check before a replay)."""
+    table = open_table(path)
+    if table is None:
+        return None
+    txn = table.transaction_version(app)
+    tagged = next((b for _v, b, _t in stream_commits(path, app, limit=limit) if b is not None), None)
+    return max((b for b in (txn, tagged) if b is not None), default=None)
+
+
+def _through_tagged(path: str, table, app: str, batch_id: int, since_ms: int | None) -> int | None | bool:
+    """``_through`` from the commits' metadata; False when no commit of ``app`` is found in the
+    walk (a table the stream wrote before its commits named their batch: ask the SetTransaction)."""
+    upto = table.version()
+    first_after, found = None, False
+    for version, batch, ts in stream_commits(path, app, upto):
+        if batch is not None:
+            found = True
+            if batch <= batch_id:
+                break
+            first_after = version
+        elif since_ms is not None and ts < since_ms - WALK_SKEW_MS:
+            break
+    if first_after is None:
+        return upto if found or table.transaction_version(app) is None else False
+    return None if first_after == 0 else first_after - 1
+
+
+def _through(table, app: str, batch_id: int, path: str | None = None, since_ms: int | None = None) -> int | None:
     """The newest version of ``table`` (a delta-rs table at its pinned version) holding no
-    batch of ``app`` after ``batch_id`` (None: none, the table did not exist yet then)."""
+    batch of ``app`` after ``batch_id`` (None: none, the table did not exist yet then).
+    ``path``: read the commits' metadata (the walk stops at commits written ``WALK_SKEW_MS``
+    before ``since_ms``, the newest commit of the stream); else, and for tables from before
+    the metadata, Delta's SetTransaction record version by version."""
+    if table is not None and path is not None:
+        tagged = _through_tagged(path, table, app, batch_id, since_ms)
+        if tagged is not False:
+            return tagged
     while table is not None:
         txn = table.transaction_version(app)
         if txn is None or txn <= batch_id:
@@ -131,7 +209,13 @@ def pin(config: Config, ds: Dataset, as_of_ms: int | None = None) -> DatasetSnap
     versions: dict[str, int | None] = {"speed": _version_at(paths["speed"], as_of_ms)}
     stream = _stream(config, ds)
     speed = None if stream is None or versions["speed"] is None else open_table(paths["speed"], versions["speed"])
-    newest = None if speed is None else speed.transaction_version(stream[0])
+    newest, since_ms = None, None
+    if speed is not None:
+        newest = speed.transaction_version(stream[0])
+        for _v, batch, ts in stream_commits(paths["speed"], stream[0], versions["speed"]):
+            if batch is not None:
+                newest, since_ms = max(batch, newest if newest is not None else batch), ts
+                break
     # Whether the stream finished its newest batch in the speed table: read before the other
     # speed-side tables are pinned, so that a finished batch is whole in them.
     whole = newest is not None and _finished(stream[1], newest, as_of_ms)
@@ -142,7 +226,7 @@ def pin(config: Config, ds: Dataset, as_of_ms: int | None = None) -> DatasetSnap
         for layer in layers:
             table = speed if layer == "speed" else (
                 None if versions[layer] is None else open_table(paths[layer], versions[layer]))
-            versions[layer] = _through(table, stream[0], through)
+            versions[layer] = _through(table, stream[0], through, paths[layer], since_ms)
     ledger_version = _version_at(ledger_path(config), as_of_ms)
     rows = [] if ledger_version is None else ledger_rows(config, ds, ledger_version)
     batch_version, quarantine_version = serving_point(rows)

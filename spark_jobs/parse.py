@@ -273,6 +273,15 @@ def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = N
     return raw.where(reduce(lambda a, b: a | b, inside))
 
 
+def _offset_pairs(offsets: str) -> dict[int, list[int]]:
+    """``counted``'s "p:o,p:o,..." as {partition: [offsets]}."""
+    wanted: dict[int, list[int]] = {}
+    for pair in offsets.split(","):
+        p, o = pair.split(":")
+        wanted.setdefault(int(p), []).append(int(o))
+    return wanted
+
+
 def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFrame | None:
     """The records at ``counted``'s "p:o,p:o,..." offsets read by a Kafka client in the
     driver, as rows of ``raw``'s schema (the same bytes Spark read: the log is immutable);
@@ -283,10 +292,7 @@ def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFra
     from loglake.errors import KafkaUnavailableError
     from loglake.kafka_admin import read_records
 
-    wanted: dict[int, list[int]] = {}
-    for pair in offsets.split(","):
-        p, o = pair.split(":")
-        wanted.setdefault(int(p), []).append(int(o))
+    wanted = _offset_pairs(offsets)
     span = sum(max(offs) - min(offs) + 1 for offs in wanted.values())
     try:
         records = read_records(config, topic, wanted, read_on=512 if span <= DRIVER_READ_SPAN else 0)
@@ -309,8 +315,8 @@ def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFra
 def only_offsets(raw: DataFrame, offsets: str) -> DataFrame:
     """The Kafka rows of ``raw`` at ``counted``'s "p:o,p:o,..." offsets: a second pass over a
     range then parses only those (typically the few quarantined ones), not every record."""
-    pairs = [pair.split(":") for pair in offsets.split(",")]
-    wanted = raw.sparkSession.createDataFrame([(int(p), int(o)) for p, o in pairs], "partition int, offset long")
+    pairs = [(p, o) for p, offs in _offset_pairs(offsets).items() for o in offs]
+    wanted = raw.sparkSession.createDataFrame(pairs, "partition int, offset long")
     # Materialised (only those rows): otherwise Spark pushes the caller's filter on
     # ``_reason`` below the join, and that filter would parse every record of the range.
     return raw.join(F.broadcast(wanted), ["partition", "offset"], "left_semi").localCheckpoint(eager=True)

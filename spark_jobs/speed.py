@@ -25,7 +25,7 @@ from loglake.jobs import JobRequest
 from loglake.errors import DataLossError
 from loglake.kafka_admin import PositionCommitter, check_partitions, list_topics, log_bounds
 from loglake.ledger import batch_watermarks
-from loglake.locks import wait_while_paused
+from loglake.locks import stream_lease, wait_while_paused
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.snapshots import speed_txn_app
 from spark_jobs import delta_io, entry, evolution, parse
@@ -43,9 +43,12 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
     a crash whose valid rows had landed skips the count (the append would be skipped, so
-    nothing would be counted) and appends its quarantine by transaction id. Only a query's
-    first micro-batch can be such a replay (``replay_possible``; Spark runs each later one
-    once, in order): the others skip reading the table's log for it. Each commit records
+    nothing would be counted) and appends its quarantine unless that landed too. Only a
+    query's first micro-batch can be such a replay (``replay_possible``; Spark runs each later
+    one once, in order, and one query runs per checkpoint: ``run_speed`` holds the dataset's
+    ``stream_lease``): the others neither read the tables' logs for it nor ask Delta to check
+    their transaction id, which costs a reconstruction of the table's state per commit
+    (``delta_io.append_idempotent``). Each commit records (stream, batch) and
     ``schema_version`` (the version of the dataset's schema it validated under).
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
@@ -59,27 +62,31 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
         validated = validated.persist()
+    # Delta checks (app_id, batch_id) only where a replay is possible: at a cost (delta_io).
+    checked = replay_possible
     try:
         landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
         if landed is not None and landed >= batch_id:
-            delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id, batch_id,
-                                       meta, ds.stats_columns)
+            in_quarantine = delta_io.committed_version(quarantine_path, app_id)
+            if in_quarantine is None or in_quarantine < batch_id:
+                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
+                                           batch_id, meta, ds.stats_columns)
         else:
             # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
             # by one below the limit, else a window per partition (bounded either way).
             exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
             observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
-                                       app_id, batch_id, meta, ds.stats_columns)
+                                       app_id, batch_id, meta, ds.stats_columns, checked=checked)
             counts = observation.get
             if counts["quarantined"]:
                 bad = parse.validate(parse.bad_records(batch, counts, config, topic or ds.topic), ds)
                 delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta,
-                                           ds.stats_columns)
+                                           ds.stats_columns, checked=checked)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
-                                  ds.stats_columns)
+                                  ds.stats_columns, checked=checked)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -293,7 +300,14 @@ def _summary(last: dict | None) -> dict:
 
 def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
               topic: str | None = None, progress_file: Path | None = None) -> dict | None:
-    """Run the speed stream until it ends (available-now) or is stopped; return last progress."""
+    """Run the speed stream until it ends (available-now) or is stopped; return last progress.
+    Holds the dataset's ``stream_lease`` meanwhile (another stream of it: ``StreamRunningError``)."""
+    with stream_lease(config, ds.name):
+        return _run_speed(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file)
+
+
+def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool, topic: str | None,
+               progress_file: Path | None) -> dict | None:
     query, recorder = start_stream(spark, config, ds, available_now=available_now, topic=topic,
                                    progress_file=progress_file)
 

@@ -100,3 +100,59 @@ def test_changelog_latest_state_equals_last_value_per_key(spark, make_config):
                    for k, v in expected.items()}
     # The change log itself keeps every valid change, tombstones included.
     assert_exactly_once(spark, config, ds, first.good + second.good, first.bad + second.bad)
+
+
+@pytest.mark.parametrize("dataset", ["job_views", "company_ceos"])
+def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_check_it(spark, make_config, dataset):
+    # A micro-batch after its query's first is appended without Delta's transaction check (its
+    # cost: a state reconstruction per commit). A crash after its commits and before Spark
+    # recorded it in the checkpoint's commit log replays it as the next query's first: that one
+    # asks the tables whether it landed (their commits' metadata) and lands nothing twice.
+    import json
+    from pathlib import Path
+
+    from loglake.snapshots import BATCH_KEY
+    from loglake.tables import open_table
+
+    config = make_config(speed={"max_offsets_per_trigger": 60})
+    ds = config.dataset(dataset)
+    res = produce(config, ds, 300, bad_fraction=0.1, seed=31, progress=False)
+    last = run_speed(spark, config, ds, available_now=True)
+    newest = max(last["_batches"])
+    assert newest >= 2  # several micro-batches: the last one was not its query's first
+    speed = open_table(config.table_path(ds, "speed"))
+    by_batch = {json.loads(h["userMetadata"]).get(BATCH_KEY) for h in speed.history() if h.get("userMetadata")}
+    assert newest in by_batch and speed.transaction_version(
+        f"loglake-speed-{ds.name}-{json.loads((Path(config.checkpoint_path(ds)) / 'metadata').read_text())['id']}"
+    ) < newest  # Delta's own record stopped at the query's first micro-batch
+    commits = Path(config.checkpoint_path(ds)) / "commits"
+    for done in (commits / str(newest), commits / f".{newest}.crc"):  # the crash: not recorded as done
+        done.unlink(missing_ok=True)
+    version = speed.version()
+    run_speed(spark, config, ds, available_now=True)
+    assert open_table(config.table_path(ds, "speed")).version() == version  # the replay appended nothing
+    if ds.kind == "changelog":
+        assert read(spark, config, ds, "speed").select("_partition", "_offset").distinct().count() == res.good
+        return
+    assert_exactly_once(spark, config, ds, res.good, res.bad)
+
+
+def test_a_second_stream_of_a_dataset_is_refused_while_one_runs(spark, make_config):
+    from loglake.errors import StreamRunningError
+    from loglake.locks import stream_lease
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 50, seed=3, progress=False)
+    with stream_lease(config, ds.name):  # as a running stream holds it
+        with pytest.raises(StreamRunningError, match=f"speed stream of dataset {ds.name} runs already"):
+            run_speed(spark, config, ds, available_now=True)
+    assert open_table_or_none(config, ds) is None  # it wrote nothing
+    run_speed(spark, config, ds, available_now=True)  # once let go: runs
+    assert read(spark, config, ds, "speed").count() == 50
+
+
+def open_table_or_none(config, ds):
+    from loglake.tables import open_table
+
+    return open_table(config.table_path(ds, "speed"))

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.reliability
 SMALL = SCENARIOS["R4"][2]
 
 
+@pytest.mark.long
 def test_r4_busy_platform_every_query_exact_stream_never_fails_files_drop(tmp_path, kafka_bootstrap, spark):
     # Maintenance expires the speed rows the batch run published while the stream writes and
     # the reader reads.

@@ -29,6 +29,7 @@ def test_r1_speed_job_killed_repeatedly_loses_and_doubles_nothing(lab):
     assert len(out.recovery_seconds) == 2 and all(0 < s < 300 for s in out.recovery_seconds)
 
 
+@pytest.mark.long
 def test_r2_broker_killed_and_stopped_during_ingest_every_acknowledged_record_once(lab):
     out = broker_faults(lab, records=5000, kills=1, stops=1, seed=2)
     passed(out)

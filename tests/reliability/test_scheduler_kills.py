@@ -9,7 +9,7 @@ import pytest
 from soak.airflow_faults import scheduler_kills
 from soak.scenarios import Lab
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.long]
 
 
 def test_r7_scheduler_killed_during_a_backfill_every_range_once_and_the_run_completes(tmp_path, kafka_bootstrap):

@@ -9,6 +9,7 @@ them; the stream's checkpoint is two files (its id, its commit log).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,9 +41,25 @@ def rows(offsets: list[int]) -> pa.Table:
     return pa.table({"_partition": pa.array([0] * len(offsets), pa.int32()), "_offset": pa.array(offsets, pa.int64())})
 
 
+STYLE = {"style": "metadata"}
+
+
+@pytest.fixture(params=["metadata", "txn"], autouse=True)
+def style(request):
+    """How the stream tags its commits: "metadata" as it does now (each commit's userMetadata
+    names stream and batch; Delta's SetTransaction only on the query's first micro-batch,
+    batch 0 here), "txn" as it did before (a SetTransaction in every commit, no batch in the
+    metadata: tables written then are still pinned right)."""
+    STYLE["style"] = request.param
+    yield request.param
+
+
 def append(path: str, offsets: list[int], app: str, batch: int) -> None:
+    txn = [Transaction(app_id=app, version=batch)] if STYLE["style"] == "txn" or batch == 0 else None
+    meta = {"userMetadata": json.dumps({"loglake_stream": app, "loglake_batch": batch})} \
+        if STYLE["style"] == "metadata" else None
     write_deltalake(path, rows(offsets), mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app, version=batch)]))
+                    commit_properties=CommitProperties(app_transactions=txn, custom_metadata=meta))
 
 
 def served(config, ds, paths) -> tuple[list[int], list[int]]:
