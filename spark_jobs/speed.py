@@ -58,6 +58,10 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
         print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
               file=sys.stderr, flush=True)
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
+    # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
+    # paying its fixed part, for a small micro-batch. Coalesced to the cores (no shuffle), a
+    # micro-batch keeps its parallelism and writes fewer, larger files.
+    batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
     validated = parse.validate(batch, ds)
     meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
