@@ -30,7 +30,7 @@ a bare Kafka produce→consume p99 beside it as the floor."
    each percentile (pooled figures in detail).
 3. Breakdown: every micro-batch's progress (``durationMs``: latestOffset, walCommit,
    queryPlanning, addBatch, commitOffsets, triggerExecution) is collected by a listener;
-   each speed commit carries its batch id (Delta txn version), so each row's latency splits
+   each speed commit carries its batch id (its userMetadata, or Delta's txn version), so each row's latency splits
    into *queue* (send → start of the trigger that read it) and *in batch* (trigger start →
    speed commit visible); ``batch_end_after_visible_s`` is what a micro-batch still does
    after its rows are visible (the quarantine append), which the next one waits for.
@@ -141,6 +141,14 @@ class _LogPoller(threading.Thread):
                     adds.append(unquote(action["add"]["path"]))
                 elif "txn" in action:
                     txn = action["txn"]
+                elif "commitInfo" in action and txn is None:
+                    # A micro-batch after its query's first names (stream, batch) in its metadata only.
+                    try:
+                        meta = json.loads(action["commitInfo"].get("userMetadata") or "{}")
+                    except ValueError:
+                        meta = {}
+                    if isinstance(meta, dict) and "loglake_batch" in meta:
+                        txn = {"appId": meta.get("loglake_stream", ""), "version": meta["loglake_batch"]}
             self.versions[self.next] = {"seen": seen, "mtime": st.st_mtime, "adds": adds, "txn": txn}
             self.next += 1  # look for the following version at once
 

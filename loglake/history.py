@@ -95,10 +95,13 @@ def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict
     except ValueError:
         meta = {}
     parts = []
-    app = (txn or {}).get("appId", "")
+    # A stream's commit names (stream, batch) in its metadata; Delta's txn action only on a
+    # query's first micro-batch (and on every one the stream wrote before it named them).
+    app = meta.get("loglake_stream") or (txn or {}).get("appId", "")
+    batch = meta.get("loglake_batch", (txn or {}).get("version"))
     if app.startswith(f"loglake-speed-{ref.ds.name}-"):
         schema = meta.get("loglake_schema_version")
-        parts.append(f"speed micro-batch {txn['version']}" + (f" (schema v{schema})" if schema else ""))
+        parts.append(f"speed micro-batch {batch}" + (f" (schema v{schema})" if schema else ""))
     elif app.startswith(f"loglake-rebuild-{ref.ds.name}-"):
         parts.append(f"rebuild of the latest state: changes from the watermark folded in ({app})")
     job = meta.get("loglake_job")

@@ -34,7 +34,7 @@ from spark_jobs.kafka_source import source_options
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
-                  replay_possible: bool = True) -> None:
+                  replay_possible: bool = True, small: bool = False) -> None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
@@ -59,9 +59,11 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
               file=sys.stderr, flush=True)
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
     # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
-    # paying its fixed part, for a small micro-batch. Coalesced to the cores (no shuffle), a
-    # micro-batch keeps its parallelism and writes fewer, larger files.
-    batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
+    # paying its fixed part, for a ``small`` micro-batch. Coalesced to the cores (no shuffle),
+    # it writes fewer files sooner (a big one keeps a task per Kafka partition: there the
+    # tasks' fetches overlap the others' work).
+    if small:
+        batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
     validated = parse.validate(batch, ds)
     meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
@@ -177,6 +179,10 @@ def is_data_loss(error: BaseException) -> bool:
     return "KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
 
 
+# A micro-batch of at most this many records is coalesced to the cores (``process_batch``).
+SMALL_BATCH_RECORDS = 10_000
+
+
 class _PositionRecorder(StreamingQueryListener):
     """After each committed batch: record the position in Kafka (from a thread of its own,
     so that a broker outage delays the record, never the stream) and keep a progress file."""
@@ -185,11 +191,13 @@ class _PositionRecorder(StreamingQueryListener):
         self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
         self.query_id: str | None = None
         self.positions = PositionCommitter(config, ds.consumer_group, topic)
+        self.last_records: int | None = None  # records of the newest micro-batch reported
 
     def record(self, progress_json: str) -> None:
         progress = json.loads(progress_json)
         if self.query_id is not None and progress.get("id") != self.query_id:
             return
+        self.last_records = batch_records(progress, self.topic)
         for source in progress.get("sources", []):
             ends = parse_spark_offsets(source.get("endOffset") or "{}").get(self.topic)
             if ends:
@@ -243,6 +251,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     source = reader.load()
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
+    recorder = _PositionRecorder(config, ds, topic, progress_file)
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         first = "id" not in stream_id  # only a query's first micro-batch can replay one that landed
@@ -250,14 +259,15 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
+        # Small: the previous micro-batch was (the next one is much like it at a steady rate).
+        small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
         process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version, topic,
-                      replay_possible=first)
+                      replay_possible=first, small=small)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
         processingTime=f"{speed.trigger_seconds} seconds")
-    recorder = _PositionRecorder(config, ds, topic, progress_file)
     spark.streams.addListener(recorder)
     query = writer.start()
     recorder.query_id = str(query.id)
