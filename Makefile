@@ -24,11 +24,12 @@ jars: $(STAMP)
 	$(PY) -m loglake.jvm_cds
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
-## broker and Spark session), but the CI-size copies of long soak scenarios (R2, R4, R7: test-long)
+## broker and Spark session), but the long fault scenarios (marked `long`: make test-long)
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m "not long"
 
-## test-long: the CI-size copies of the long soak scenarios (R2, R4, R7), ~9 min
+## test-long: the long fault scenarios at CI size (R2, R3, R4, R7, broker kills under the position
+## record, the local cluster's leader and worker kills), ~10 min
 test-long: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m long
 

@@ -37,6 +37,7 @@ def test_r2_broker_killed_and_stopped_during_ingest_every_acknowledged_record_on
     assert len(out.recovery_seconds) == 2 and all(s <= 120 for s in out.recovery_seconds), out.recovery_seconds
 
 
+@pytest.mark.long
 def test_r3_retention_loss_is_loud_local_and_recovered_only_by_accept_loss(lab):
     out = retention_loss(lab, records=900)
     passed(out)

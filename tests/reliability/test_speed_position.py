@@ -42,6 +42,7 @@ while True:
 """
 
 
+@pytest.mark.long
 def test_position_records_survive_broker_kills_and_stops(tmp_path, kafka_bootstrap):
     lab = Lab(tmp_path, kafka_bootstrap)
     kafka = lab.own_broker()

@@ -118,6 +118,7 @@ def test_executors_import_the_code_shipped_with_the_job(cluster, tmp_path):
         assert str(REPO_ROOT) not in pythonpath.replace(str(REPO_ROOT / ".venv"), ""), found
 
 
+@pytest.mark.long
 def test_leader_killed_during_ingest_every_acknowledged_record_once(cluster):
     config, env = cluster
     ds = config.dataset("job_views")
@@ -179,6 +180,7 @@ def _app_executors(cluster_: LocalCluster, app_name: str) -> dict[int, set[str]]
     return found
 
 
+@pytest.mark.long
 def test_worker_killed_during_batch_recompute_completes_exact(cluster):
     config, env = cluster
     ds = config.dataset("job_views")
