@@ -227,12 +227,17 @@ def test_airflow_runs_batch_and_maintenance_on_the_cluster(cluster, airflow_db):
     ds = config.dataset("company_ceos")
     ensure_topic(config, ds)
     produce(config, ds, 300, bad_fraction=0.05, seed=9)
+    # job_views gets records of its own here (this test does not count on those of the kill tests
+    # before it, which `make test` leaves to `make test-long`).
+    views = config.dataset("job_views")
+    ensure_topic(config, views)
+    produce(config, views, 120, seed=10)
     ends = end_offsets(config, ds.topic)
     before = _apps(LocalCluster(config))
     run = airflow_db.dags_test(config, "loglake_batch")
     assert run.returncode == 0 and run.state == "success", run.output[-4000:]
     assert batch_watermarks(config, ds) == ends
-    assert batch_watermarks(config, config.dataset("job_views")) == end_offsets(config, config.dataset("job_views").topic)
+    assert batch_watermarks(config, views) == end_offsets(config, views.topic)
     ran = _apps(LocalCluster(config)) - before
     assert "loglake-batch-company_ceos" in ran and "loglake-quality-company_ceos" in ran, ran
 
