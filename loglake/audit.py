@@ -59,10 +59,10 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], key
         # Read-only: the audit never moves any group's position.
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        # Spark's Kafka source (the Java client) reads read_uncommitted by default, so the
-        # tables hold records of aborted transactions too; librdkafka's default,
-        # read_committed, would hide them and report them as unexpected.
-        "isolation.level": "read_uncommitted",
+        # What the tables hold: both layers read committed records only (Spark's Kafka source
+        # with kafka.isolation.level=read_committed), so records of aborted transactions are
+        # in no table, and the offsets they and the markers take are not missing.
+        "isolation.level": "read_committed",
         # End of partition is how a partition whose last offsets are markers finishes.
         "enable.partition.eof": True,
         # If retention deletes the start while we read, continue from the new earliest.

@@ -318,17 +318,17 @@ def record_timestamps(config: Config, topic: str, wanted: dict[int, list[int]],
     offset, for every offset in ``wanted`` (partition → offsets). Offsets with no record
     at or after them (only transaction markers or compacted-away offsets before the
     end) are absent. Committed records only: a record of an aborted transaction never counts."""
-    return {k: m.timestamp()[1] for k, m in read_records(config, topic, wanted, timeout, committed=True).items()}
+    return {k: m.timestamp()[1] for k, m in read_records(config, topic, wanted, timeout).items()}
 
 
 def read_records(config: Config, topic: str, wanted: dict[int, list[int]], timeout: float = TIMEOUT,
-                 read_on: int = 0, committed: bool = False):
+                 read_on: int = 0):
     """(partition, offset) → the first record (a confluent-kafka ``Message``) at or after that
     offset, for every offset in ``wanted`` (partition → offsets); offsets with no record at
     or after them are absent. One consumer reads them all, reading on to the next offset when
-    it is at most ``read_on`` records ahead, seeking to it otherwise. Records of aborted
-    transactions are read too, as Spark's Kafka source reads them (read_uncommitted), unless
-    ``committed`` (read_committed)."""
+    it is at most ``read_on`` records ahead, seeking to it otherwise. Committed records only
+    (read_committed), as both layers read them: a record of an aborted transaction is never
+    the record at an offset."""
     todo = {p: sorted(set(offs)) for p, offs in wanted.items() if offs}
     if not todo:
         return {}
@@ -339,7 +339,7 @@ def read_records(config: Config, topic: str, wanted: dict[int, list[int]], timeo
         "enable.partition.eof": True,
         # An offset deleted meanwhile: the oldest record that is still there.
         "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed" if committed else "read_uncommitted",
+        "isolation.level": "read_committed",
         # A bounded prefetch (not the default of up to 64 MiB): consume() finds a batch
         # waiting instead of one fetch's worth (with queued.min.messages=1 each call waited
         # for its timeout, and a read of 1 KB records did not finish in 30 s).

@@ -20,6 +20,11 @@ def source_options(config: Config, topic: str) -> dict[str, str]:
         # A gap in the log is data loss: fail loudly rather than skip.
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        # What a read_committed consumer sees: records of aborted transactions are in no
+        # table (exactly-once producers: Kafka Streams, Flink, any transactional producer).
+        # Spark tells the offsets aborted records and markers take from data loss
+        # (it checks the consumer's position after each poll), so failOnDataLoss still holds.
+        "kafka.isolation.level": "read_committed",
     }
     # Security (kafka.security) and kafka.spark: built here, in the driver, from the job's own
     # environment; no password is on spark-submit's command line.
