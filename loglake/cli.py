@@ -94,10 +94,13 @@ def cmd_produce(config: Config, args) -> int:
 
     ds = config.dataset(args.dataset)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
-                  progress=not args.quiet)
+                  progress=not args.quiet, transactional=args.transactional,
+                  transaction_size=args.transaction_size, abort_every=args.abort_every)
+    txns = (f" in {res.transactions} transactions, {res.aborted_transactions} aborted ({res.aborted} records no "
+            f"read_committed consumer sees)" if args.transactional else "")
     print(f"produced {res.records} records to {ds.topic} ({res.good} good, {res.bad} malformed"
-          f"{f', {res.tombstones} tombstones' if res.tombstones else ''}) in {res.seconds:.2f}s: "
-          f"{res.rate:,.0f} records/s")
+          f"{f', {res.tombstones} tombstones' if res.tombstones else ''}){txns} in {res.seconds:.2f}s: "
+          f"{(res.records + res.aborted) / res.seconds if res.seconds else 0:,.0f} records/s")
     return 0
 
 
@@ -402,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--bad-fraction", type=float, default=0.0, help="fraction of malformed records, 0..1")
     pr.add_argument("--seed", type=int)
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr.add_argument("--transactional", action="store_true",
+                    help="write in transactions, as exactly-once producers do; some are aborted (--abort-every)")
+    pr.add_argument("--transaction-size", type=int, default=100, help="records per transaction (default 100)")
+    pr.add_argument("--abort-every", type=int, default=3,
+                    help="abort every N-th transaction after its records reached the log (default 3; 0: none)")
 
     s = sub.add_parser("speed", help="the speed layer (Spark Structured Streaming → Delta)")
     s.add_argument("action", choices=["start", "stop", "status", "run"])
@@ -491,6 +499,10 @@ def _check_args(args) -> None:
     bf = getattr(args, "bad_fraction", 0.0)
     if not 0.0 <= bf <= 1.0:
         raise LoglakeError(f"--bad-fraction must be within [0, 1], found {bf}")
+    if getattr(args, "transaction_size", 1) < 1:
+        raise LoglakeError(f"--transaction-size must be >= 1 record, found {args.transaction_size}")
+    if getattr(args, "abort_every", 0) < 0:
+        raise LoglakeError(f"--abort-every must be >= 0 (0: never abort), found {args.abort_every}")
     if getattr(args, "rate", None) is not None and args.rate <= 0:
         raise LoglakeError(f"--rate must be > 0 records/s, found {args.rate}")
     if getattr(args, "command", None) == "speed" and args.action == "run" and not args.available_now:

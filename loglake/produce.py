@@ -126,10 +126,17 @@ def malformed(ds: Dataset, rng: random.Random, key: str, value: dict) -> Record:
 
 @dataclass
 class ProduceResult:
+    """What a read_committed consumer sees of a produce run (``records``, ``good``, ``bad``,
+    ``tombstones``, ``by_partition``, ``last_value``), and what it never sees: ``aborted``
+    records of ``aborted_transactions`` (a transactional run)."""
+
     records: int = 0
     good: int = 0
     bad: int = 0
     tombstones: int = 0
+    transactions: int = 0
+    aborted_transactions: int = 0
+    aborted: int = 0
     seconds: float = 0.0
     by_partition: dict[int, int] = field(default_factory=dict)
     last_value: dict[str, dict | None] = field(default_factory=dict)  # changelog: key → newest value
@@ -162,32 +169,68 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
             seed: int | None = None, topic: str | None = None, progress: bool = False,
-            acked: list[tuple[int, int]] | None = None) -> ProduceResult:
+            acked: list[tuple[int, int]] | None = None, transactional: bool = False,
+            transaction_size: int = 100, abort_every: int = 3) -> ProduceResult:
     """Produce ``count`` generated records to the dataset's topic (created if missing).
 
     Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
     duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing;
-    ``acked`` (if given) receives ``(partition, offset)`` of every acknowledged record.
+    ``acked`` (if given) receives ``(partition, offset)`` of every acknowledged record a
+    read_committed consumer sees.
+
+    ``transactional``: as an exactly-once producer (Kafka Streams, Flink) writes, in
+    transactions of ``transaction_size`` records, every ``abort_every``-th one aborted after
+    its records reached the log (0: none). The log then holds commit/abort markers and
+    aborted records: offsets no read_committed consumer is given. The result counts only
+    the committed records (``aborted`` the others).
     """
+    if transactional and transaction_size < 1:
+        raise ValueError(f"transaction_size must be at least 1, found {transaction_size}")
+    if transactional and abort_every < 0:
+        raise ValueError(f"abort_every must be 0 (never) or more, found {abort_every}")
     topic = ensure_topic(config, ds, topic)
-    producer = Producer(config.kafka_client_conf(**{
+    settings = {
         # librdkafka does not default to idempotence; without it a retried send can duplicate.
         "enable.idempotence": True,
         "acks": "all",
         # Batch for throughput: a few ms of linger fills batches at high rates.
         "linger.ms": 20,
         "compression.type": "lz4",
-    }))
+    }
+    if transactional:
+        # A fresh id per run: no other producer of this id is fenced, none fences this one.
+        settings["transactional.id"] = f"loglake-produce-{ds.name}-{uuid.uuid4().hex[:12]}"
+    producer = Producer(config.kafka_client_conf(**settings))
     result = ProduceResult()
     errors: list[str] = []
+    # Acknowledged records of the open transaction: counted once it commits.
+    pending: list[tuple[int, int]] = []
 
     def on_delivery(err, msg):
         if err is not None:
             errors.append(str(err))
         else:
-            result.by_partition[msg.partition()] = result.by_partition.get(msg.partition(), 0) + 1
-            if acked is not None:
-                acked.append((msg.partition(), msg.offset()))
+            pending.append((msg.partition(), msg.offset()))
+            if not transactional:
+                _count_delivered(result, pending, acked)
+
+    # Per record of the open transaction: (key, value, ok), counted when it commits.
+    in_txn: list[tuple[bytes | None, bytes | None, bool]] = []
+
+    def end_transaction(abort: bool) -> None:
+        if abort:
+            producer.flush(60)  # in the log first: an abort purges what is still queued
+            producer.abort_transaction(60)
+            result.aborted_transactions += 1
+            result.aborted += len(in_txn)
+            pending.clear()
+        else:
+            producer.commit_transaction(60)  # flushes: every delivery report is in
+            for key, value, ok in in_txn:
+                _count_record(result, ds, key, value, ok)
+            _count_delivered(result, pending, acked)
+        result.transactions += 1
+        in_txn.clear()
 
     bar = None
     if progress:
@@ -195,6 +238,9 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         bar = tqdm(total=count, unit="rec", file=sys.stderr, desc=f"produce {ds.name}")
     start = time.monotonic()
     try:
+        if transactional:
+            producer.init_transactions(60)
+            producer.begin_transaction()
         for i, ((key, value), ok) in enumerate(generate(ds, count, bad_fraction, seed)):
             while True:
                 try:
@@ -203,15 +249,15 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
                 except BufferError:  # local queue full: let deliveries drain
                     producer.poll(0.05)
             producer.poll(0)
-            result.records += 1
-            if ok:
-                result.good += 1
-                if value is None:
-                    result.tombstones += 1
-                if ds.kind == "changelog":
-                    result.last_value[key.decode()] = None if value is None else json.loads(value)
+            if transactional:
+                in_txn.append((key, value, ok))
+                if len(in_txn) == transaction_size or i == count - 1:
+                    n = result.transactions + 1
+                    end_transaction(abort=bool(abort_every) and n % abort_every == 0)
+                    if i < count - 1:
+                        producer.begin_transaction()
             else:
-                result.bad += 1
+                _count_record(result, ds, key, value, ok)
             if bar is not None and (i + 1) % 1000 == 0:
                 bar.update(1000)
             if rate:
@@ -221,11 +267,34 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         remaining = producer.flush(60)
         if remaining:
             raise KafkaException(f"{remaining} records were not delivered within 60 s")
+        if not transactional:
+            _count_delivered(result, pending, acked)
     finally:
         if bar is not None:
-            bar.update(result.records - bar.n)
+            bar.update(count - bar.n)
             bar.close()
     result.seconds = time.monotonic() - start
     if errors:
         raise KafkaException(f"{len(errors)} records failed delivery; first: {errors[0]}")
     return result
+
+
+def _count_record(result: ProduceResult, ds: Dataset, key: bytes | None, value: bytes | None, ok: bool) -> None:
+    result.records += 1
+    if ok:
+        result.good += 1
+        if value is None:
+            result.tombstones += 1
+        if ds.kind == "changelog":
+            result.last_value[key.decode()] = None if value is None else json.loads(value)
+    else:
+        result.bad += 1
+
+
+def _count_delivered(result: ProduceResult, delivered: list[tuple[int, int]],
+                     acked: list[tuple[int, int]] | None) -> None:
+    for p, o in delivered:
+        result.by_partition[p] = result.by_partition.get(p, 0) + 1
+        if acked is not None:
+            acked.append((p, o))
+    delivered.clear()

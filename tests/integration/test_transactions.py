@@ -1,0 +1,109 @@
+"""Topics written by transactional producers: committed records only, sparse offsets.
+
+An exactly-once producer (Kafka Streams, Flink, any transactional producer) leaves a
+commit or abort marker after each transaction and, for an aborted one, records no
+``read_committed`` consumer is given. What the tables must hold is checked against the
+log as an independent read_committed consumer (confluent-kafka, not loglake's reader)
+sees it, so a bug shared by loglake's reader and writer cannot hide.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql import functions as F
+
+from loglake.audit import audit_dataset, format_audit
+from loglake.diff import diff_range
+from loglake.errors import DataLossError
+from loglake.kafka_admin import admin, group_offsets, log_bounds
+from loglake.ledger import batch_watermarks
+from loglake.planning import plan_batch
+from loglake.produce import produce
+from loglake.status import dataset_status
+from spark_jobs.kafka_source import check_retained
+from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.speed import run_speed
+
+pytestmark = pytest.mark.integration
+
+
+def log_offsets(config, topic: str, isolation: str) -> set[tuple[int, int]]:
+    """(partition, offset) of every record a consumer of ``isolation`` is given."""
+    c = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": "test-isolation",
+                  "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation})
+    bounds = log_bounds(config, topic)
+    pending = {p for p, (lo, hi) in bounds.items() if hi > lo}
+    found = set()
+    try:
+        c.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
+        while pending:
+            for m in c.consume(1000, timeout=5):
+                if m.error() is not None:
+                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                    pending.discard(m.partition())
+                else:
+                    found.add((m.partition(), m.offset()))
+    finally:
+        c.close()
+    return found
+
+
+def landed(spark, config, ds, layer: str) -> list[tuple[int, int]]:
+    """(partition, offset) of every row of ``layer`` and of its quarantine rows."""
+    rows = spark.read.format("delta").load(config.table_path(ds, layer)).select("_partition", "_offset")
+    q = (spark.read.format("delta").load(config.table_path(ds, "quarantine"))
+         .where(F.col("_layer") == layer).select("_partition", "_offset"))
+    return [(r[0], r[1]) for r in rows.unionByName(q).collect()]
+
+
+def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_ones_nowhere(spark, make_config):
+    config = make_config()
+    ds = config.dataset("job_views")
+    # As in the issue, smaller: plain records, transactions (every third aborted), plain records.
+    first = produce(config, ds, 600, bad_fraction=0.05, seed=201)
+    txn = produce(config, ds, 600, bad_fraction=0.05, seed=202, transactional=True, transaction_size=40, abort_every=3)
+    last = produce(config, ds, 300, bad_fraction=0.05, seed=203)
+    assert (txn.transactions, txn.aborted_transactions, txn.aborted, txn.records) == (15, 5, 200, 400)
+    committed = log_offsets(config, ds.topic, "read_committed")
+    everything = log_offsets(config, ds.topic, "read_uncommitted")
+    aborted = everything - committed
+    assert len(committed) == first.records + txn.records + last.records == 1300
+    assert len(aborted) == txn.aborted == 200
+    # The markers take offsets too: the log's span is more than all its records.
+    assert sum(hi - lo for lo, hi in log_bounds(config, ds.topic).values()) > len(everything)
+
+    run_speed(spark, config, ds, available_now=True)
+    speed = landed(spark, config, ds, "speed")
+    assert len(speed) == len(set(speed)), "an offset landed twice in the speed layer"
+    assert set(speed) == committed, (f"{len(set(speed) & aborted)} aborted records served, "
+                                     f"{len(committed - set(speed))} committed records missing")
+
+    result = recompute_and_publish(spark, config, ds, plan_batch(config, ds), "txn")
+    assert result is not None
+    batch = landed(spark, config, ds, "batch")
+    assert len(batch) == len(set(batch)) and set(batch) == committed
+
+    # Markers and aborted records are not missing offsets: the watermark reaches the end,
+    # the audit checks exactly the committed records, the diff finds nothing, no lag.
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+    assert batch_watermarks(config, ds) == ends
+    assert group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends
+    audit = audit_dataset(config, ds, record=False)
+    assert audit["ok"], "\n".join(format_audit(audit))
+    assert audit["offsets_checked"] == len(committed)
+    for p, (lo, hi) in log_bounds(config, ds.topic).items():
+        d = diff_range(config, ds, p, lo, hi)
+        assert (d["missing_in_speed"]["count"], d["missing_in_batch"]["count"], d["changed"]["rows"]) == (0, 0, 0)
+    status = dataset_status(config, ds)
+    assert [(s.speed_lag, s.batch_lag) for s in status.partitions] == [(0, 0)] * ds.partitions
+
+    # Retention is still loud on a sparse topic: offsets deleted before the batch layer read them.
+    more = produce(config, ds, 300, seed=204, transactional=True, transaction_size=30, abort_every=2)
+    p = max(more.by_partition, key=more.by_partition.get)
+    cut = log_bounds(config, ds.topic)[p][1] - 1
+    client = admin(config)
+    for fut in client.delete_records([TopicPartition(ds.topic, p, cut)]).values():
+        fut.result(30)
+    with pytest.raises(DataLossError, match=rf"{ds.topic}\[{p}\]"):
+        check_retained(config, list(plan_batch(config, ds).ranges))
