@@ -10,6 +10,7 @@ is committed does the stream record its position in the dataset's Kafka consumer
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -192,6 +193,8 @@ class _PositionRecorder(StreamingQueryListener):
         self.query_id: str | None = None
         self.positions = PositionCommitter(config, ds.consumer_group, topic)
         self.last_records: int | None = None  # records of the newest micro-batch reported
+        # The listener's thread and the main thread (the final progress) both keep the file.
+        self._file_lock = threading.Lock()
 
     def record(self, progress_json: str) -> None:
         progress = json.loads(progress_json)
@@ -203,9 +206,22 @@ class _PositionRecorder(StreamingQueryListener):
             if ends:
                 self.positions.submit(ends)
         if self.progress_file is not None:
-            tmp = self.progress_file.with_suffix(".tmp")
-            tmp.write_text(progress_json)
-            tmp.replace(self.progress_file)
+            self._keep_progress(progress_json)
+
+    def _keep_progress(self, progress_json: str) -> None:
+        """Replace the progress file atomically; a failure is reported, never raised: the file
+        is a view for ``loglake status``, and the stream must not fail for it."""
+        # One writer at a time in this process, each with a temporary name of its own (another
+        # process writing the same file cannot rename this one's away).
+        tmp = self.progress_file.with_name(f"{self.progress_file.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with self._file_lock:
+            try:
+                tmp.write_text(progress_json)
+                tmp.replace(self.progress_file)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                print(f"loglake: could not keep the progress file {self.progress_file}: {e}", file=sys.stderr,
+                      flush=True)
 
     def onQueryStarted(self, event) -> None:
         # When the stream (re)started: how long a restart took, for status and the soak.
