@@ -234,30 +234,72 @@ def cmd_backfill(config: Config, args) -> int:
 
 
 def cmd_query(config: Config, args) -> int:
-    from spark_jobs.serving import query
-    from spark_jobs.session import get_spark
+    """Run a read-only statement: by the Arrow engine (delta-rs' DataFusion, no JVM) when it
+    answers it as Spark would, else by Spark (``--engine`` chooses)."""
+    import logging
 
-    # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
-    spark = get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"},
-                      log_file=config.home / "logs" / "cli.log")
+    from loglake.arrow_views import Unsupported, writes_for_sure
+    from loglake.errors import ParamError
+
+    if args.engine in (None, "arrow"):
+        try:
+            pdf = arrow_rows(config, args.sql, args.as_of, strict=args.engine is None)
+        except Unsupported as e:
+            if args.engine == "arrow":
+                raise LoglakeError(f"--engine arrow: {e}") from None
+            logging.getLogger("loglake.query").info("the arrow engine leaves this statement to Spark: %s", e)
+        except ParamError:
+            if args.engine == "arrow" or writes_for_sure(args.sql):
+                raise
+            # A word that may write, outside strings: Spark's parser decides (and refuses a write).
+        else:
+            logging.getLogger("loglake.query").info("ran by the arrow engine")
+            print(render_rows(pdf.head(args.limit) if args.limit else pdf, args.format), end="")
+            return 0
+    print(render_rows(spark_rows(config, args.sql, args.as_of, args.limit), args.format), end="")
+    return 0
+
+
+def arrow_rows(config: Config, sql: str, as_of: str | None = None, strict: bool = True):
+    """A statement's rows by the Arrow engine (``loglake.arrow_views.sql``) as a pandas
+    DataFrame, as Spark's ``toPandas`` gives them (timestamps in UTC without a zone)."""
+    from loglake.arrow_views import sql as arrow_sql
+
+    pdf = arrow_sql(config, sql, as_of, strict).to_pandas()
+    for column in pdf.columns:
+        if getattr(pdf[column].dtype, "tz", None) is not None:
+            pdf[column] = pdf[column].dt.tz_convert("UTC").dt.tz_localize(None)
+    return pdf
+
+
+def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 0, spark=None):
+    """A statement's rows by Spark (``spark_jobs.serving.query``) as a pandas DataFrame; a
+    session of its own (JVM output to ``cli.log``), stopped after, unless ``spark`` is given."""
     import logging
 
     from pyspark.errors import AnalysisException
+
+    from spark_jobs.serving import query, register_tables
+    from spark_jobs.session import get_spark
+
+    own = spark is None
+    # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
+    spark = spark or get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"},
+                               log_file=config.home / "logs" / "cli.log")
     # PySpark logs every failed analysis as a JSON blob; the error below says it plainly.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         try:
-            df = query(spark, config, args.sql, args.as_of)
+            df = query(spark, config, sql, as_of)
         except AnalysisException as e:
-            from spark_jobs.serving import register_tables
-            names = register_tables(spark, config, args.as_of)
+            names = register_tables(spark, config, as_of)
             first = str(e).strip().splitlines()[0]
-            raise LoglakeError(f"{first}\n  tables{' as of ' + args.as_of if args.as_of else ''}: "
+            raise LoglakeError(f"{first}\n  tables{' as of ' + as_of if as_of else ''}: "
                                f"{', '.join(names) or 'none yet'}") from None
-        print(render_rows(df.limit(args.limit).toPandas() if args.limit else df.toPandas(), args.format), end="")
+        return df.limit(limit).toPandas() if limit else df.toPandas()
     finally:
-        spark.stop()
-    return 0
+        if own:
+            spark.stop()
 
 
 def render_rows(pdf, fmt: str) -> str:
@@ -430,8 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--to", dest="to_ts", metavar="TS", help="ISO-8601 end, exclusive")
     bf.add_argument("--dry-run", action="store_true", help="print the plan only")
 
-    q = sub.add_parser("query", help="Spark SQL over serving views and raw tables")
+    q = sub.add_parser("query", help="SQL over serving views and raw tables (read-only)")
     q.add_argument("sql")
+    q.add_argument("--engine", choices=["arrow", "spark"],
+                   help="arrow: delta-rs' DataFusion, no JVM; spark: Spark SQL. Default: arrow for a query it "
+                        "answers as Spark does, else spark")
     q.add_argument("--as-of", help="Delta VERSION (raw tables) or TIMESTAMP (everything, consistent)")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--limit", type=int, default=0, help="at most N rows (0: all)")

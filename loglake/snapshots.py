@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loglake.config import Config, Dataset
-from loglake.ledger import compute_watermarks, ledger_path, ledger_rows, lost_ranges, serving_point
+from loglake.ledger import COVERING, compute_watermarks, ledger_path, ledger_rows, lost_ranges, serving_point
 from loglake.tables import open_table
 
 SPEED_SIDE = ("speed", "quarantine", "latest")
@@ -62,6 +62,16 @@ class DatasetSnapshot:
 
     def watermarks(self, earliest: dict[int, int] | None = None) -> dict[int, int]:
         return compute_watermarks(self.ledger, earliest) if self.ledger else {}
+
+    def coverage(self) -> dict[int, tuple[int, int]]:
+        """Per partition, ``(S_p, W_p)`` from the ledger alone: where its first covering range
+        starts, and the watermark (the end of the contiguous coverage from there)."""
+        starts: dict[int, int] = {}
+        for r in self.ledger:
+            if r.get("state") in COVERING and r["end"] > r["start"]:
+                p = int(r["partition"])
+                starts[p] = min(starts.get(p, int(r["start"])), int(r["start"]))
+        return {p: (starts[p], w) for p, w in self.watermarks().items()}
 
     @property
     def lost(self) -> list[dict]:
@@ -238,3 +248,35 @@ def pin(config: Config, ds: Dataset, as_of_ms: int | None = None) -> DatasetSnap
         batch_version = None
     versions["batch"] = batch_version
     return DatasetSnapshot(ds.name, versions, quarantine_version, ledger_version, rows)
+
+
+def served_ranges(config: Config, ds: Dataset, snap: DatasetSnapshot) -> dict[int, tuple[int, int]]:
+    """Per partition, the offsets ``[start, W_p)`` the serving view takes from the batch layer
+    (speed rows outside them; partitions absent: speed only). ``start`` 0 means "below W_p".
+
+    The watermark rule asks that coverage start at or before the log's earliest retained
+    offset. Coverage from offset 0 (a topic loglake saw from its beginning) meets it whatever
+    the log holds, so the ledger alone answers and Kafka is not asked. Only a partition whose
+    coverage starts later (a topic retention had trimmed before the first batch, a backfill
+    into a partition no batch covered yet) needs the earliest offset, read from Kafka; when
+    Kafka does not answer, the batch serves exactly the offsets it covered, ``[S_p, W_p)``,
+    and speed the rest: every offset once still, though speed rows below ``S_p`` that
+    maintenance has not expired yet then show.
+    """
+    coverage = snap.coverage()
+    if all(start == 0 for start, _w in coverage.values()):
+        return {p: (0, w) for p, (_s, w) in coverage.items()}
+    import logging
+
+    from loglake.errors import KafkaUnavailableError
+    from loglake.kafka_admin import list_topics, log_bounds
+
+    try:
+        list_topics(config, timeout=2.0)  # a broker that is down answers nothing: do not wait long
+        earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
+    except KafkaUnavailableError as e:
+        logging.getLogger("loglake.snapshots").info(
+            "serving view of %s: Kafka did not give the earliest offsets (%s); the batch layer serves the offsets it "
+            "covered, speed the rest", ds.name, str(e).splitlines()[0])
+        return dict(coverage)
+    return {p: (0, w) for p, (s, w) in coverage.items() if s <= earliest.get(p, 0)}

@@ -4,7 +4,8 @@ Per partition p with batch watermark W_p, the serving view of an events dataset 
 batch rows with ``_offset < W_p`` plus the speed rows with ``_offset >= W_p``: disjoint
 by construction, so counts and sums over it are exact. For a changelog dataset it is the
 batch latest state (as of W_p) with the speed changes at or above W_p folded on top:
-newest offset per key wins, tombstones delete.
+newest offset per key wins, tombstones delete. The watermarks come from the pinned ledger
+(``loglake.snapshots.served_ranges``): a query of the tables needs no broker.
 """
 
 from __future__ import annotations
@@ -16,19 +17,32 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loglake.config import Config, Dataset
 from loglake.errors import ConfigError, ParamError
-from loglake.kafka_admin import log_bounds
 from loglake.planning import parse_timestamp
-from loglake.snapshots import pin
+from loglake.snapshots import pin, served_ranges
 from spark_jobs.delta_io import table_exists
 from spark_jobs.predicates import below_watermark
 
 _VERSION = re.compile(r"^\d+$")
 
 
-def _layers_union(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+Marks = Mapping[int, "int | tuple[int, int]"]  # partition → W_p, or (start, W_p): what batch serves
+
+
+def from_batch(watermarks: Marks) -> str:
+    """The rows the serving view takes from the batch layer: per partition, offsets below W_p,
+    or in ``[start, W_p)`` where a start above 0 is given (``loglake.snapshots.served_ranges``)."""
+    bounds = {p: m if isinstance(m, tuple) else (0, m) for p, m in watermarks.items()}
+    if all(start == 0 for start, _w in bounds.values()):
+        return below_watermark({p: w for p, (_s, w) in bounds.items()})
+    return " OR ".join(f"(_partition = {p} AND _offset < {w})" if start == 0 else
+                       f"(_partition = {p} AND _offset >= {start} AND _offset < {w})"
+                       for p, (start, w) in sorted(bounds.items()))
+
+
+def _layers_union(batch: str | None, speed: str | None, watermarks: Marks,
                   batch_cols: str, speed_cols: str) -> str:
     """Batch rows below the watermark UNION ALL speed rows at or above it (either may be absent)."""
-    below = below_watermark(watermarks)
+    below = from_batch(watermarks)
     parts = []
     if batch:
         parts.append(f"SELECT {batch_cols} FROM {batch} WHERE {below}")
@@ -41,13 +55,13 @@ def _quoted(columns: list[str]) -> str:
     return ", ".join(f"`{c}`" for c in columns)
 
 
-def events_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+def events_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
                     columns: list[str]) -> str:
     cols = _quoted(columns)
     return _layers_union(batch, speed, watermarks, cols, cols)
 
 
-def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Mapping[int, int],
+def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
                        key: str, columns: list[str]) -> str:
     cols = _quoted(columns)
     union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
@@ -93,8 +107,7 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
             names.append(name)
         if snap is None or ("speed" not in present and "batch" not in present):
             continue
-        earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
-        marks = snap.watermarks(earliest)
+        marks = served_ranges(config, ds, snap)
         sides, columns = aligned_sides(spark, {layer: present.get(layer) for layer in ("batch", "speed")})
         if ds.kind == "changelog":
             sql = changelog_view_sql(sides["batch"], sides["speed"], marks, ds.key, columns)

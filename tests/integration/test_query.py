@@ -11,13 +11,18 @@ from datetime import datetime, timezone
 
 import pytest
 
+import loglake
+from loglake.cli import render_rows
+from loglake.config import load_config
 from loglake.errors import ParamError
 from loglake.planning import plan_batch
+from loglake.processes import free_port
 from loglake.produce import produce
+from loglake.sandbox import write_conf
 from loglake.tables import snapshot
 from spark_jobs.pipeline import recompute_and_publish
-from loglake.cli import render_rows
 from spark_jobs.serving import query
+from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +127,113 @@ def test_as_of_a_version_or_a_timestamp_and_the_output_formats(spark, lake):
     assert rows[0]["viewed_at"].endswith("Z") or "T" in rows[0]["viewed_at"]
     assert render_rows(pdf, "table").endswith("(5 rows)\n")
     assert render_rows(pdf.head(0), "table") == "(no rows)\n(0 rows)\n"
+
+
+# --- reads without the broker, and the two engines -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def both(spark, kafka_bootstrap, tmp_path_factory):
+    """Both datasets with batch rows below the watermark and speed rows above it (and
+    quarantined ones): job_views (events) and company_ceos (a changelog)."""
+    root = tmp_path_factory.mktemp("query-both")
+    config = load_config(write_conf(root, kafka_bootstrap, topic_suffix="qboth"), home=root / "state")
+    datasets = [config.dataset("job_views"), config.dataset("company_ceos")]
+    for seed, ds in enumerate(datasets, 91):
+        produce(config, ds, 200, seed=seed, bad_fraction=0.02)
+        run_speed(spark, config, ds, available_now=True)
+        recompute_and_publish(spark, config, ds, plan_batch(config, ds), f"both-{ds.name}")
+    time.sleep(1.0)  # Delta commit times are in milliseconds: a clear point between the two lots
+    between = datetime.now(timezone.utc).isoformat()
+    time.sleep(1.0)
+    for seed, ds in enumerate(datasets, 95):
+        produce(config, ds, 60, seed=seed, bad_fraction=0.02)
+        run_speed(spark, config, ds, available_now=True)
+    return config, between
+
+
+def cli(config, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def kafka_down() -> dict:
+    """The environment of a loglake whose broker is gone: a port nobody listens on."""
+    return {"LOGLAKE_KAFKA_BOOTSTRAP": f"localhost:{free_port()}"}
+
+
+def test_queries_need_no_broker(spark, both, monkeypatch):
+    config, _between = both
+    sql = "SELECT source, count(*) AS n FROM job_views GROUP BY source ORDER BY source"
+    expected = render_rows(query(spark, config, sql).toPandas(), "csv")
+    assert expected.count("\n") == 6  # a header and the five sources
+    r = cli(config, "query", sql, "--format", "csv", env=kafka_down())
+    assert r.returncode == 0 and "did not answer" not in r.stderr, r.stderr
+    assert r.stdout == expected
+
+    monkeypatch.setenv(*kafka_down().popitem())
+    lake = loglake.connect(config.conf_dir, home=config.home, spark=spark)
+    assert lake.config.kafka.bootstrap_servers != config.kafka.bootstrap_servers
+    served = lake.arrow("job_views")
+    assert served.num_rows == query(spark, config, "SELECT count(*) FROM job_views").first()[0]
+    assert render_rows(lake.sql(sql).toPandas(), "csv") == expected
+    ceos = sorted(lake.arrow("company_ceos")["company_id"].to_pylist())
+    assert ceos == sorted(r[0] for r in query(spark, config, "SELECT company_id FROM company_ceos").collect())
+
+
+# Statements each engine runs; their rows are compared row for row in every output format.
+SAME = [
+    "SELECT source, count(*) AS n FROM job_views GROUP BY source ORDER BY source",
+    "SELECT count(*) FROM job_views",
+    "SELECT * FROM job_views ORDER BY _partition, _offset",
+    "SELECT _partition, count(*) AS n, min(_offset) AS first, max(_offset) AS last FROM speed.job_views "
+    "GROUP BY _partition ORDER BY _partition",
+    "SELECT v.view_id, v.viewed_at, b._offset FROM job_views v JOIN `batch`.`job_views` b "
+    "ON v._partition = b._partition AND v._offset = b._offset ORDER BY v.view_id LIMIT 20",
+    "SELECT _layer, reason_code, count(*) AS n FROM quarantine.job_views GROUP BY _layer, reason_code ORDER BY 1, 2",
+    "SELECT * FROM company_ceos ORDER BY company_id",
+    "WITH c AS (SELECT company_id, ceo, since FROM company_ceos) "
+    "SELECT count(*) AS n, min(company_id) AS first_id, max(since) AS newest FROM c",
+    "SELECT company_id, ceo FROM speed.company_ceos_latest ORDER BY ceo DESC, company_id -- the latest state",
+    "SELECT company_id, company FROM batch.company_ceos WHERE company LIKE '%a%' ORDER BY company NULLS FIRST, 1",
+]
+
+
+def test_both_engines_give_the_same_rows(spark, both):
+    from loglake.cli import arrow_rows, spark_rows
+
+    config, between = both
+    for sql, as_of in [(sql, None) for sql in SAME] + [(SAME[0], between), (SAME[7], between)]:
+        by_spark = spark_rows(config, sql, as_of, spark=spark)
+        assert len(by_spark) > 0, sql
+        by_arrow = arrow_rows(config, sql, as_of)
+        for fmt in ("csv", "json", "table"):
+            assert render_rows(by_arrow, fmt) == render_rows(by_spark, fmt), (sql, as_of, fmt)
+    # As of the time between the two lots: fewer rows than now.
+    assert len(arrow_rows(config, SAME[2], between)) < len(arrow_rows(config, SAME[2]))
+
+
+def test_the_default_engine_starts_no_jvm_for_a_query_and_spark_runs_the_rest(both):
+    config, _between = both
+    jvm = "JVM of pid"
+    log = config.home / "logs" / "cli.log"
+    log.unlink(missing_ok=True)
+    r = cli(config, "query", "SELECT count(*) AS n FROM company_ceos", "--format", "json")
+    assert r.returncode == 0 and r.stdout.startswith('{"n":'), r.stderr
+    assert not log.exists() or jvm not in log.read_text()  # no Spark session was started
+    # The same statement refused by both engines, without a JVM when it is plainly a write.
+    for engine in ([], ["--engine", "arrow"]):
+        r = cli(config, "query", "DELETE FROM batch.job_views", *engine)
+        assert r.returncode == 2 and "sql: loglake query is read-only: DELETE FROM" in r.stderr, r.stderr
+    r = cli(config, "query", "WITH x AS (SELECT * FROM job_views) INSERT INTO batch.job_views SELECT * FROM x",
+            "--engine", "arrow")
+    assert r.returncode == 2 and "read-only" in r.stderr, r.stderr
+    assert not log.exists() or jvm not in log.read_text()
+    # What the arrow engine leaves to Spark (a division; SHOW) runs there, as before.
+    r = cli(config, "query", "SELECT count(*) / 4 AS quarter FROM job_views", "--format", "csv")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == "quarter" and "." in r.stdout.splitlines()[1], r
+    assert jvm in log.read_text() and "leaves this statement to Spark: a division" in log.read_text()
+    r = cli(config, "query", "SHOW TABLES IN batch", "--engine", "arrow")
+    assert r.returncode == 2 and r.stderr.startswith("loglake: error: --engine arrow: SHOW is not a query"), r.stderr
+    assert "Traceback" not in r.stderr
