@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -149,3 +150,64 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     cli_log = (config.home / "logs" / "cli.log").read_text()
     assert "Using incubator modules" in cli_log  # the query's JVM
     assert "loglake.spark: starting Spark (loglake-query)" in cli_log
+
+
+def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
+    """``loglake backfill DATASET --range P:A-B ...`` end to end; the ``--from/--to`` form plans
+    the offsets of a time window (dry run: the same write and publish follow)."""
+    from datetime import datetime, timezone
+
+    from loglake.ledger import batch_watermarks, ledger_rows
+    from loglake.produce import produce
+    from loglake.tables import open_table, query
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    produce(config, ds, 300, bad_fraction=0.1, seed=12, progress=False)
+    first = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+    # Record timestamps are milliseconds: a few of them apart, the window's edge separates
+    # the two produces exactly.
+    time.sleep(0.01)
+    between = datetime.now(timezone.utc)
+    time.sleep(0.01)
+    produce(config, ds, 120, seed=13, progress=False)
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
+
+    a, b = sorted(first, key=first.get)[-2:]
+    ranges = [(a, 0, first[a]), (b, 3, ends[b] - 2)]
+    requested = sorted((p, o) for p, start, end in ranges for o in range(start, end))
+    r = loglake(config, "backfill", "job_views", *(f"--range={p}:{s}-{e}" for p, s, e in ranges), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    batch = query(open_table(config.table_path(ds, "batch")), "SELECT _partition, _offset FROM t")
+    quarantine = query(open_table(config.table_path(ds, "quarantine")),
+                       "SELECT _partition, _offset FROM t WHERE _layer = 'batch'")
+    # Every requested offset exactly once, in the batch table or its quarantine; nothing else.
+    assert sorted((x["_partition"], x["_offset"]) for x in batch + quarantine) == requested
+    assert batch and quarantine
+    ledger = ledger_rows(config, ds)
+    for state in ("written", "published"):
+        assert sorted((x["partition"], x["start"], x["end"]) for x in ledger if x["state"] == state) == ranges
+    (run_id,) = {x["run_id"] for x in ledger}
+    # Only a range from the partition's first offset makes a contiguous published prefix.
+    assert batch_watermarks(config, ds) == {a: first[a]}
+
+    out = r.stdout
+    assert f"backfill plan for job_views: 2 range(s), {len(requested)} offset(s)" in out, out
+    assert (f"backfill job_views: {len(batch)} rows to batch.job_views, {len(quarantine)} to quarantine.job_views, "
+            f"2 range(s)") in out, out
+    assert f"run {run_id}" in out and run_id.endswith("-backfill")
+    assert f"quality job_views: 2 expectation(s) on {len(batch)} rows passed; published" in out, out
+    assert f"  [{a}] end {ends[a]}  speed position - (lag -)  batch watermark {first[a]} " in out, out
+    assert not noise(r.stdout + r.stderr), r.stdout + r.stderr
+
+    # The time form: the window from between the two produces to now holds the second one's offsets.
+    window = loglake(config, "backfill", "job_views", "--from", between.isoformat(),
+                     "--to", datetime.now(timezone.utc).isoformat(), "--dry-run")
+    assert window.returncode == 0, window.stdout + window.stderr
+    second = {p: (first[p], ends[p]) for p in ends if ends[p] > first[p]}
+    assert f"backfill plan for job_views: {len(second)} range(s), 120 offset(s)" in window.stdout, window.stdout
+    for p, (start, end) in second.items():
+        assert f"  {ds.topic}[{p}]  [{start}, {end})  {end - start} offset(s)" in window.stdout, window.stdout
+    assert "dry run: nothing recomputed" in window.stdout
+    assert ledger_rows(config, ds) == ledger

@@ -3,6 +3,7 @@ writes, with queries beside it: the R4 scenario, tests/reliability/test_busy.py)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -191,11 +192,7 @@ def test_conflicts_are_retried_with_a_bound_and_counted(spark):
 
 
 def test_loglake_maintain_on_a_changelog_keeps_its_state_and_view(spark, make_config):
-    import os
-    import subprocess
-    import sys
-
-    config = make_config()
+    config = make_config(datasets={"company_ceos": {"maintenance": {"zorder_by": ["company_id", "ceo"]}}})
     ds = config.dataset("company_ceos")
     produce(config, ds, 400, bad_fraction=0.05, seed=95)
     run_speed(spark, config, ds, available_now=True)
@@ -228,5 +225,20 @@ def test_loglake_maintain_on_a_changelog_keeps_its_state_and_view(spark, make_co
                               (ds.tables.batch, ("optimize", "vacuum")), (ds.tables.latest, ("optimize", "vacuum"))):
         for op in operations:
             assert any(line.split()[:2] == [table, op] for line in out.splitlines()), (table, op, out)
-    assert {(row["table"], row["operation"]) for row in last_maintenance(config, ds)} >= {
+    log = last_maintenance(config, ds)
+    assert {(row["table"], row["operation"]) for row in log} >= {
         (ds.tables.latest, "optimize"), (ds.tables.speed, "expire")}
+
+    # Z-order where a table has every maintenance.zorder_by column, bin-packing where not (the
+    # quarantine holds raw bytes): each table's OPTIMIZE commit, read from its Delta history.
+    def optimize_commit(layer: str) -> dict:
+        (row,) = [r for r in log if r["path"] == config.table_path(ds, layer) and r["operation"] == "optimize"]
+        assert row["version_after"] > row["version_before"], row  # it committed
+        (entry,) = [e for e in open_table(row["path"]).history()
+                    if e["version"] == row["version_after"]]
+        assert entry["operation"] == "OPTIMIZE", entry
+        return entry["operationParameters"]
+
+    for layer in ("speed", "batch", "latest"):
+        assert json.loads(optimize_commit(layer)["zOrderBy"]) == ["company_id", "ceo"], layer
+    assert json.loads(optimize_commit("quarantine")["zOrderBy"]) == []
