@@ -144,7 +144,7 @@ QUALITY_RESULTS = SystemTable("_quality_results", "_quality_results", contract(
     ("published", "boolean", "the run's verdict: no fail expectation failed"), ("validated_at", "timestamp"),
 ))
 
-# One row per partition and layer per audit (loglake/audit.py, delta-rs).
+# One row per partition, layer and point (served, newest) per audit (loglake/audit.py, delta-rs).
 AUDIT_RESULTS = SystemTable("_audit_results", "_audit_results", contract(
     ("dataset", "string"), ("topic", "string"), ("partition", "int"), ("layer", "string", "batch | speed"),
     ("checked_from", "bigint"), ("checked_to", "bigint", "the offsets [from, to) checked"),
@@ -152,6 +152,9 @@ AUDIT_RESULTS = SystemTable("_audit_results", "_audit_results", contract(
     ("duplicated", "bigint"), ("unexpected", "bigint", "table offsets the log does not hold"),
     ("sample_missing", "string"), ("sample_duplicated", "string"), ("sample_unexpected", "string"),
     ("ok", "boolean"), ("run_id", "string"), ("audited_at", "timestamp"),
+    ("point", "string", "served | newest: the versions readers are served, or the tables' newest"),
+    ("table_version", "bigint", "the version of the layer's table checked"),
+    ("quarantine_version", "bigint", "the version of the quarantine table checked with it"),
 ))
 
 # One row per table and operation (spark_jobs/maintenance.py).

@@ -110,6 +110,32 @@ class QualityGateError(LoglakeError):
         super().__init__("\n".join(lines))
 
 
+class ForeignCommitError(LoglakeError):
+    """A table holds commits loglake did not make since the version readers are served (a
+    notebook or another tool wrote to it): readers are not moved onto them unchecked.
+
+    ``commits``: ``{"version", "operation", "engine", "timestamp"}`` of each. Permanent: the
+    commits stay in the table until it is repaired."""
+
+    def __init__(self, dataset: str, table: str, path: str, served: int | None, commits: list[dict]):
+        self.dataset, self.table, self.path, self.served, self.commits = dataset, table, path, served, commits
+        since = "since it was created" if served is None else f"since version {served}, the one readers are served"
+        found = "; ".join(f"{table} version {c['version']}: {c['operation']} by {c['engine']} at {c['timestamp']}"
+                          for c in commits)
+        keep = "readers stay on the version they are served" if served is not None else "nothing is served from it"
+        if table.startswith("batch."):
+            repair = (f"rebuild it from the log (loglake rebuild {dataset} --layer batch), or restore it "
+                      f"(RESTORE TABLE delta.`{path}` TO VERSION AS OF {served}) and run the batch again")
+        else:
+            repair = (f"restore it (RESTORE TABLE delta.`{path}` TO VERSION AS OF {served}), then rebuild the speed "
+                      f"layer from the log (loglake rebuild {dataset} --layer speed) and run the batch again")
+        if served is None:  # nothing served from it yet: no version to go back to
+            repair = f"set the table aside (or RESTORE it to a version before them) and run the batch again"
+        super().__init__(f"{dataset}: {table} holds {len(commits)} commit(s) loglake did not make {since}: {found}; "
+                         f"refused to serve them unchecked ({keep}). Look at them (loglake history {table}), then "
+                         f"{repair}")
+
+
 class KafkaAuthenticationError(LoglakeError):
     """The Kafka broker refused loglake's client: wrong credentials, or TLS that does not match
     (the CA does not trust the broker's certificate, or one side does not speak TLS).

@@ -87,13 +87,91 @@ def _served(config: Config, ref: Resolved) -> dict[int, list[dict]]:
     return out
 
 
+def _metadata(entry: dict) -> dict:
+    """The commit's ``userMetadata`` as a dict (empty: none, or not loglake's JSON)."""
+    try:
+        meta = json.loads(entry.get("userMetadata") or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def made_by_loglake(entry: dict, txn: dict | None = None) -> bool:
+    """Whether loglake made the commit of history ``entry``: its ``userMetadata`` names a loglake
+    job, stream or step (every loglake writer sets it: ``spark_jobs.delta_io.commit_metadata``,
+    ``append_idempotent``), or its ``txn`` action is a loglake stream's (a micro-batch written
+    before the metadata named it)."""
+    if any(str(k).startswith("loglake_") for k in _metadata(entry)):
+        return True
+    return str((txn or {}).get("appId", "")).startswith("loglake-")
+
+
+def engine(entry: dict) -> str:
+    """What wrote a commit, as its commitInfo says (``delta-rs:py-1.6.6``, ``Apache-Spark/4.0.0 Delta-Lake/4.0.0``)."""
+    return entry.get("engineInfo") or entry.get("clientVersion") or "a writer that did not name itself"
+
+
+def _restored_to(entry: dict) -> int | None:
+    """The version a RESTORE commit took the table back to (None: not a RESTORE by version)."""
+    if entry.get("operation") != "RESTORE":
+        return None
+    try:
+        return int((entry.get("operationParameters") or {}).get("version"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _commit(version: int, entry: dict | None) -> dict:
+    if entry is None:
+        return {"version": version, "operation": "unknown", "engine": "a writer unknown (the commit is no longer in "
+                "the Delta log)", "timestamp": "unknown time"}
+    ts = datetime.fromtimestamp(entry.get("timestamp", 0) / 1000, timezone.utc)
+    return {"version": version, "operation": entry.get("operation") or "unknown", "engine": engine(entry),
+            "timestamp": ts.isoformat(timespec="seconds").replace("+00:00", "Z")}
+
+
+def foreign_commits(path: str, served: int | None, served_at_ms: int | None = None,
+                    upto: int | None = None) -> list[dict]:
+    """The commits loglake did not make (``made_by_loglake``) that the table at ``path`` holds
+    at version ``upto`` (None: its newest) since version ``served`` (None: since it was
+    created), oldest first, each ``{"version", "operation", "engine", "timestamp"}``.
+
+    A RESTORE to a version at or after ``served`` takes the table back to that version: the
+    commits it undid no longer count, nor does the RESTORE when that version held none.
+    ``served_at_ms``: when ``served`` was recorded as served; a table whose commit ``served``
+    is younger than that was made anew since (a rebuild, a table removed and written again),
+    so all its commits count. No table: none.
+    """
+    from loglake.tables import open_table
+
+    table = open_table(path, upto)
+    if table is None:
+        return []
+    newest = table.version()
+    base = served if served is not None and served <= newest else None
+    entries = {e["version"]: e for e in table.history(newest + 1 - (base or 0)) if e.get("version") is not None}
+    if base is not None and served_at_ms is not None and entries.get(base, {}).get("timestamp", 0) > served_at_ms:
+        base = None
+        entries = {e["version"]: e for e in table.history(newest + 1) if e.get("version") is not None}
+    start = -1 if base is None else base
+    held: dict[int, list[dict]] = {start: []}  # version → the foreign commits the table holds there
+    for v in range(start + 1, newest + 1):
+        entry = entries.get(v)
+        if entry is not None and (made_by_loglake(entry) or made_by_loglake(entry, _txn(path, v))):
+            held[v] = held[v - 1]
+            continue
+        back = None if entry is None else _restored_to(entry)
+        if back is not None and start <= back < v:
+            held[v] = held[back] + ([_commit(v, entry)] if held[back] else [])
+        else:
+            held[v] = held[v - 1] + [_commit(v, entry)]
+    return held[newest]
+
+
 def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict], served: list[dict]) -> str:
     """What a version is, in loglake's words."""
     v = entry["version"]
-    try:
-        meta = json.loads(entry.get("userMetadata") or "{}")
-    except ValueError:
-        meta = {}
+    meta = _metadata(entry)
     parts = []
     # A stream's commit names (stream, batch) in its metadata; Delta's txn action only on a
     # query's first micro-batch (and on every one the stream wrote before it named them).
@@ -126,13 +204,19 @@ def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict
             entry.get("operation") == "ALTER TABLE" or "columns" in (entry.get("operationParameters") or {})):
         cols = (entry.get("operationParameters") or {}).get("columns")
         parts.append(f"schema evolved: columns added {cols}" if cols else "schema changed")
+    if not parts and meta.get("loglake_step"):
+        parts.append(f"loglake: {meta['loglake_step']}")
     if v == 0 and not parts:
-        parts.append("table created")
+        parts.append(f"table created (by {engine(entry)})")
+    if not parts and not made_by_loglake(entry, txn):
+        # Neither its metadata nor loglake's own records explain it: another writer's commit.
+        parts.append(f"not written by loglake ({entry.get('operation')} by {engine(entry)}): a publish does not "
+                     "serve it until the table is repaired")
     for r in served:
         what = "published" if r["state"] == "published" else "compacted"
         rng = f" [{r['partition']}] [{r['start']}, {r['end']})" if r["state"] == "published" else ""
         parts.append(f"served from here on ({what} by run {r['run_id']}{rng})")
-    return "; ".join(dict.fromkeys(parts)) or f"not written by loglake ({entry.get('operation')})"
+    return "; ".join(dict.fromkeys(parts))
 
 
 def _metrics(entry: dict) -> str:
@@ -170,3 +254,25 @@ def format_history(table: str, rows: list[dict]) -> list[str]:
         metrics = f"  [{r['metrics']}]" if r["metrics"] else ""
         lines.append(f"  v{r['version']:<5} {r['timestamp']}  {r['operation']:<14}{metrics}  {r['meaning']}")
     return lines
+
+
+def serving_record(ledger: list[dict]) -> dict | None:
+    """The ledger row that recorded the versions readers are served (``loglake.ledger.serving_point``'s)."""
+    marked = [r for r in ledger if r.get("batch_version") is not None]
+    return max(marked, key=lambda r: (r["committed_at"], r["batch_version"])) if marked else None
+
+
+def unserved_foreign_commits(config: Config, ds: Dataset, layer: str, ledger: list[dict],
+                             upto: int | None = None) -> tuple[int | None, list[dict]] | None:
+    """``(served version, foreign_commits since it)`` of ``ds``'s batch or quarantine table at
+    version ``upto`` (None: its newest), the served version as the dataset's ``ledger`` rows
+    record it. None: nothing to compare with (no table, or a ledger from before serving
+    points with ranges published)."""
+    point = serving_record(ledger)
+    if point is None and any(r.get("state") in ("published", "compacted") for r in ledger):
+        return None
+    path = config.table_path(ds, layer)
+    served = None if point is None else point.get(f"{layer}_version")
+    at = None if point is None else point["committed_at"]
+    at_ms = None if at is None else int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+    return served, foreign_commits(path, served, at_ms, upto)

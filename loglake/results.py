@@ -19,7 +19,10 @@ def _rows(config: Config, table: SystemTable, ds: Dataset, order: str) -> list[d
     if t is None:
         return []
     name = ds.name.replace("'", "''")
-    return query(t, f"SELECT {table.contract.select_sql()} FROM t WHERE dataset = '{name}' ORDER BY {order}")
+    # Columns a table written by an older loglake lacks read as None.
+    present = set(t.schema().to_arrow().names)
+    columns = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in table.contract.names)
+    return query(t, f"SELECT {columns} FROM t WHERE dataset = '{name}' ORDER BY {order}")
 
 
 def _last_run(rows: list[dict], time_column: str) -> list[dict]:
@@ -47,14 +50,17 @@ def last_quality(config: Config, ds: Dataset) -> dict | None:
 
 
 def last_audit(config: Config, ds: Dataset) -> dict | None:
-    """The latest audit of ``ds``: run, time, ok, and missing/duplicated/unexpected totals."""
+    """The latest audit of ``ds``: run, time, ok (served and newest versions), and the
+    missing/duplicated/unexpected totals of the served versions."""
     rows = _last_run(_rows(config, AUDIT_RESULTS, ds, "audited_at"), "audited_at")
     if not rows:
         return None
+    ok = all(r["ok"] for r in rows)
+    rows = [r for r in rows if r["point"] in (None, "served")]
     return {
         "run_id": rows[0]["run_id"],
         "audited_at": max(r["audited_at"] for r in rows),
-        "ok": all(r["ok"] for r in rows),
+        "ok": ok,
         "offsets_checked": sum(r["offsets_checked"] for r in rows),
         "missing": sum(r["missing"] for r in rows),
         "duplicated": sum(r["duplicated"] for r in rows),

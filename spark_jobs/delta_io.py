@@ -124,9 +124,10 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
     if not _holds(spark, path, predicate):
-        to_delta(df, "append", stats).option("mergeSchema", "true").save(path)
+        with named(spark, "append rows"):
+            to_delta(df, "append", stats).option("mergeSchema", "true").save(path)
         return 1
-    with (pause or nullcontext)():
+    with (pause or nullcontext)(), named(spark, "replace rows"):
         _result, attempts = retry_conflicts(
             lambda: to_delta(df, "overwrite", stats).option("replaceWhere", predicate)
             .option("mergeSchema", "true").save(path),
@@ -142,7 +143,7 @@ def delete_rows(spark: SparkSession, path: str, predicate: str,
 
     if not _holds(spark, path, predicate):
         return 0
-    with (pause or nullcontext)():
+    with (pause or nullcontext)(), named(spark, "delete rows"):
         _result, attempts = retry_conflicts(lambda: DeltaTable.forPath(spark, path).delete(predicate),
                                             f"delete the rows of {path} where {predicate[:120]}")
     return attempts
@@ -163,8 +164,9 @@ def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str],
     if not missing:
         return []
     ddl = ", ".join(f"`{n}` {t}" for n, t in missing.items())
-    retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({ddl})"),
-                    f"add columns {', '.join(missing)} to {path}{f' ({what})' if what else ''}")
+    with named(spark, f"add columns {', '.join(missing)}"):
+        retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({ddl})"),
+                        f"add columns {', '.join(missing)} to {path}{f' ({what})' if what else ''}")
     return list(missing)
 
 
@@ -176,7 +178,8 @@ def columns_of(df: DataFrame, names: list[str] | None = None) -> dict[str, str]:
 def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = None) -> None:
     """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists
     (``stats``: ``to_delta``'s)."""
-    to_delta(df.limit(0), "ignore", stats).save(path)
+    with named(df.sparkSession, "create the table"):
+        to_delta(df.limit(0), "ignore", stats).save(path)
 
 
 def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metadata: dict | None = None,
@@ -225,6 +228,18 @@ def _session_metadata(spark: SparkSession) -> dict:
     except ValueError:
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+@contextmanager
+def named(spark: SparkSession, step: str):
+    """Commits inside the block name loglake as their maker (``{"loglake_step": step}``) unless
+    an enclosing ``commit_metadata`` named the job already: a publish serves no commit that
+    does not (``spark_jobs.system_tables.serving_versions``)."""
+    if _session_metadata(spark):
+        yield
+    else:
+        with commit_metadata(spark, {"loglake_step": step}):
+            yield
 
 
 def ranges_text(ranges) -> str:

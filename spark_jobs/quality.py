@@ -5,8 +5,10 @@ Run under spark-submit after ``spark_jobs/batch.py`` wrote a plan's ranges (the 
 exactly the rows of those ranges from ``batch.<dataset>``, validates them with the
 dataset's Great Expectations 1.x suite (``quality:`` in ``conf/datasets/<name>.yaml``),
 stores one row per expectation in ``_quality_results`` and builds the GX Data Docs.
-Only when no ``fail`` expectation failed does it append the ranges to the offsets
-ledger as *published*, which is what advances the batch watermark; a ``warn`` failure
+Only when no ``fail`` expectation failed, and no commit loglake did not make lies between
+the versions readers are served and the current ones (``ForeignCommitError``: a notebook or
+another tool wrote to the table), does it append the ranges to the offsets ledger as
+*published*, which is what advances the batch watermark and moves readers; a ``warn`` failure
 is recorded and shown, and publishes. A failed gate ends the job with a
 ``QualityGateError`` naming each failed expectation, its column, the unexpected count
 and a sample of offsets, and leaves the watermark where it was.
@@ -25,7 +27,7 @@ from pyspark.sql import functions as F
 
 from loglake.config import Config, Dataset, Expectation
 from loglake.contracts import QUALITY_RESULTS
-from loglake.errors import ConfigError, OffsetError, QualityGateError
+from loglake.errors import ConfigError, ForeignCommitError, OffsetError, QualityGateError
 from loglake.jobs import JobRequest, Phases
 from loglake.ledger import ledger_path
 from loglake.locks import appends_paused
@@ -163,27 +165,37 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
         rows.unpersist()
     failed = [o for o in outcomes if not o["success"] and o["severity"] == "fail"]
     warned = [o for o in outcomes if not o["success"] and o["severity"] == "warn"]
-    published = not failed
+    foreign = None
+    if not failed:
+        try:  # before anything is swapped in: a table another writer changed is never published
+            serving_versions(config, ds)
+        except ForeignCommitError as e:
+            foreign = e
+    published = not failed and foreign is None
     ranges_json = json.dumps([{"partition": r.partition, "start": r.start, "end": r.end} for r in ranges])
     with phases("results"):
         append(spark, config, QUALITY_RESULTS, [
             {**o, "dataset": ds.name, "topic": ds.topic, "ranges": ranges_json, "run_id": run_id,
              "published": published} for o in outcomes], stamp="validated_at")
     with phases("publish"):
-        if published:
+        try:
+            if published:
+                if staged:
+                    with delta_io.commit_metadata(spark, {"loglake_job": "quality", "loglake_run_id": run_id,
+                                                          "loglake_step": "swap in the validated rows",
+                                                          "loglake_ranges": delta_io.ranges_text(ranges)}):
+                        swap_in(spark, config, ds, ranges, run_id)
+                publish(spark, config, ds, written)
+        finally:
             if staged:
-                with delta_io.commit_metadata(spark, {"loglake_job": "quality", "loglake_run_id": run_id,
-                                                      "loglake_step": "swap in the validated rows",
-                                                      "loglake_ranges": delta_io.ranges_text(ranges)}):
-                    swap_in(spark, config, ds, ranges, run_id)
-            publish(spark, config, ds, written)
-        if staged:
-            drop_staging(spark, config, ds, run_id)
+                drop_staging(spark, config, ds, run_id)
     result = {**summary, "published": published, "rows": count, "staged": staged,
               "failed": [_brief(o) for o in failed], "warned": [_brief(o) for o in warned],
               "seconds": round(time.monotonic() - started, 3), "phases": phases.seconds}
     if failed:
         raise QualityGateError(ds.name, failed, run_id)
+    if foreign is not None:
+        raise foreign
     return result
 
 
@@ -223,7 +235,8 @@ def _brief(o: dict) -> dict:
 
 def publish(spark: SparkSession, config: Config, ds: Dataset, written: list[dict]) -> None:
     """Append the written ranges to the ledger as published, with the versions readers now
-    serve: the watermark may pass them."""
+    serve: the watermark may pass them. Refused (``ForeignCommitError``) when a commit loglake
+    did not make lies between the versions served so far and those (``serving_versions``)."""
     versions = serving_versions(config, ds)
     append_ledger(spark, config, [{**w, **versions, "state": "published"} for w in written])
 

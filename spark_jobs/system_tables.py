@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from loglake.config import Config
 from loglake.contracts import LEDGER, SystemTable
+from loglake.errors import ForeignCommitError
 from spark_jobs.delta_io import retry_conflicts
 
 
@@ -80,11 +81,24 @@ def _not_recorded(spark: SparkSession, config: Config, rows: list[dict]) -> list
 
 def serving_versions(config: Config, ds) -> dict:
     """The batch and quarantine tables' current versions: what readers serve from now on
-    (recorded by a publish or a compaction, both under the dataset's single writer)."""
+    (recorded by a publish or a compaction, both under the dataset's single writer).
+
+    Served data is validated data: readers are never moved onto a commit loglake did not
+    make (a notebook's or another tool's write, ``loglake.history.foreign_commits``). When
+    one lies between the versions served now and these, ``ForeignCommitError`` (permanent),
+    naming it; readers stay where they are.
+    """
+    from loglake.history import unserved_foreign_commits
+    from loglake.ledger import ledger_rows
     from loglake.tables import open_table
 
+    rows = ledger_rows(config, ds)
     out = {}
     for layer, column in (("batch", "batch_version"), ("quarantine", "quarantine_version")):
-        table = open_table(config.table_path(ds, layer))
+        path = config.table_path(ds, layer)
+        table = open_table(path)
         out[column] = None if table is None else table.version()
+        found = None if out[column] is None else unserved_foreign_commits(config, ds, layer, rows, out[column])
+        if found and found[1]:
+            raise ForeignCommitError(ds.name, getattr(ds.tables, layer), path, found[0], found[1])
     return out

@@ -38,14 +38,16 @@ def build_half(spark, config, ds) -> None:
 
 
 def serve_current(spark, config, ds) -> None:
-    """Make what the batch tables hold now the served point, as the next publish or
-    compaction would: the audit checks what readers are served (loglake.snapshots), so
-    damage done to a table behind loglake's back shows from then on."""
-    from spark_jobs.system_tables import append_ledger, serving_versions
+    """Make what the batch tables hold now the served point, as a loglake that did not check
+    the commits before it served them did (a publish refuses commits loglake did not make:
+    test_foreign_commits): damage done behind loglake's back is then served."""
+    from spark_jobs.system_tables import append_ledger
 
+    versions = {f"{layer}_version": open_table(config.table_path(ds, layer)).version()
+                for layer in ("batch", "quarantine")}
     append_ledger(spark, config, [{"dataset": ds.name, "topic": ds.topic, "partition": -1, "start": 0, "end": 0,
                                    "records": 0, "quarantined": 0, "run_id": "test", "state": "compacted",
-                                   **serving_versions(config, ds)}])
+                                   **versions}])
 
 
 def part_row(result, partition, layer):
@@ -84,7 +86,10 @@ def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
     batch = spark.read.format("delta").load(batch_path)
     batch.where(f"_partition = {p} AND _offset = {dup}").write.format("delta").mode("append").save(batch_path)
     DeltaTable.forPath(spark, batch_path).delete(f"_partition = {p} AND _offset = {gap}")
-    assert audit_dataset(config, ds, record=False)["ok"]  # not served yet: readers see the published rows
+    # Not served yet: readers see the published rows, the newest version is damaged.
+    unserved = audit_dataset(config, ds, record=False)
+    assert not unserved["ok"] and (unserved["missing"], unserved["duplicated"]) == (0, 0)
+    assert (unserved["newest"]["missing"], unserved["newest"]["duplicated"]) == (1, 1)
     serve_current(spark, config, ds)
 
     result = audit_dataset(config, ds, run_id="broken")
