@@ -44,7 +44,7 @@ class Loss:
 
 def find_losses(config: Config, ds: Dataset, partition: int | None = None) -> list[Loss]:
     """Per partition, the offsets below the earliest retained one that the batch layer (from
-    its watermark) or the speed layer (from its committed position) has yet to read."""
+    its watermark) or the speed layer (from its position: ``speed_positions``) has yet to read."""
     from loglake.kafka_admin import dataset_bounds, group_offsets
     from loglake.ledger import batch_watermarks
 
@@ -54,7 +54,7 @@ def find_losses(config: Config, ds: Dataset, partition: int | None = None) -> li
                                       f"(partitions 0..{len(bounds) - 1})")
     earliest = {p: lo for p, (lo, _hi) in bounds.items()}
     marks = batch_watermarks(config, ds, earliest)
-    positions = group_offsets(config, ds.consumer_group, ds.topic, len(bounds))
+    positions = speed_positions(config, ds, group_offsets(config, ds.consumer_group, ds.topic, len(bounds)))
     out = []
     for p, lo in sorted(earliest.items()):
         if partition is not None and p != partition:
@@ -70,6 +70,28 @@ def find_losses(config: Config, ds: Dataset, partition: int | None = None) -> li
                 needs["speed"] = s
         if needs:
             out.append(Loss(ds.topic, p, min(needs.values()), lo, tuple(sorted(needs))))
+    return out
+
+
+def speed_positions(config: Config, ds: Dataset, committed: dict[int, int | None]) -> dict[int, int | None]:
+    """Per partition, the speed layer's position: the one its consumer group records, or one
+    past the highest offset its tables landed (speed, speed quarantine) when that is further.
+    The group's record follows each micro-batch asynchronously and may be missing (a run
+    that ended before it was made) or a micro-batch behind; the tables are not."""
+    from loglake.tables import open_table, query
+
+    landed: dict[int, int] = {}
+    topic = ds.topic.replace("'", "''")
+    for layer, where in (("speed", ""), ("quarantine", " AND \"_layer\" = 'speed'")):
+        table = open_table(config.table_path(ds, layer))
+        if table is None:
+            continue
+        for row in query(table, f'SELECT "_partition" AS p, max("_offset") AS o FROM t '
+                                f"WHERE \"_topic\" = '{topic}'{where} GROUP BY \"_partition\""):
+            landed[row["p"]] = max(landed.get(row["p"], -1), row["o"] + 1)
+    out = dict(committed)
+    for p, pos in landed.items():
+        out[p] = pos if out.get(p) is None else max(out[p], pos)
     return out
 
 

@@ -135,49 +135,101 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
     return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
 
 
-def speed_gaps(spark: SparkSession, config: Config, ds: Dataset, exact: bool = False) -> list[tuple[int, int, int, bool]]:
+def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
     """``(partition, position, earliest, accepted)`` for each partition whose next offset to
     read is no longer in the log: Kafka deleted it before the speed layer read it.
-    ``accepted``: an operator recorded the loss (``loglake accept-loss``)."""
-    from loglake.ledger import compute_watermarks, ledger_rows
+    ``accepted``: an operator recorded the loss (``loglake accept-loss``).
 
-    from loglake.kafka_admin import group_offsets
+    The position is where the next run reads from: the checkpoint's, when it has one (Spark
+    resumes there, whatever else says otherwise), else one past the highest offset the
+    tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
+    group's record: it follows the checkpoint asynchronously and may be missing or behind.
+    """
+    from loglake.ledger import compute_watermarks, ledger_rows
 
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     rows = ledger_rows(config, ds)
     published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
-    # Cheap first: the position the stream commits to its consumer group after each batch
-    # (at most one batch behind). Only when that suggests a gap are the tables scanned for
-    # the exact position (one past the highest offset landed).
-    committed = group_offsets(config, ds.consumer_group, ds.topic, len(earliest))
-    if not exact and all(pos is None or max(pos, published.get(p, -1)) >= earliest.get(p, 0) for p, pos in committed.items()):
-        return []
     with_lost = compute_watermarks(rows, earliest)
+    positions = checkpoint_position(spark, config.checkpoint_path(ds), ds.topic)
+    if positions is None:
+        positions = landed_positions(spark, config, ds, ds.topic)
     out = []
-    for p, pos in landed_positions(spark, config, ds, ds.topic).items():
+    for p, pos in sorted(positions.items()):
         pos = max(pos, published.get(p, -1))
         if pos < earliest.get(p, 0):
             out.append((p, pos, earliest[p], with_lost.get(p, -1) >= earliest[p]))
     return out
 
 
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset, exact: bool = False) -> bool:
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> bool:
     """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns whether
-    an accepted loss needs a new checkpoint (Spark's would still point into the gap).
-    ``exact``: scan the tables for the position even when the committed one shows no gap."""
-    gaps = speed_gaps(spark, config, ds, exact)
-    for p, pos, lo, accepted in gaps:
-        if not accepted:
-            raise DataLossError(ds.topic, p, pos, lo, "retention deleted them before the speed layer read them; "
-                                f"the stream waits until an operator records the loss: loglake accept-loss {ds.name} "
-                                f"--partition {p} --reason TEXT (or the loglake_accept_loss DAG)")
+    an accepted loss needs a new checkpoint (Spark's would still point into the gap)."""
+    gaps = speed_gaps(spark, config, ds)
+    unaccepted = [g for g in gaps if not g[3]]
+    if unaccepted:
+        p, pos, lo, _ = unaccepted[0]
+        others = "".join(f", {ds.topic}[{q}] offsets [{a}, {b})" for q, a, b, _ in unaccepted[1:])
+        partition = f"--partition {p} " if len(unaccepted) == 1 else ""
+        raise DataLossError(ds.topic, p, pos, lo, f"{others.lstrip(', ') + ' too; ' if others else ''}retention "
+                            "deleted them before the speed layer read them; the stream waits until an operator "
+                            f"records the loss: loglake accept-loss {ds.name} {partition}--reason TEXT "
+                            "(or the loglake_accept_loss DAG)")
     return bool(gaps)
 
 
 def is_data_loss(error: BaseException) -> bool:
     """Spark's Kafka source failed because offsets it must read were deleted."""
-    text = str(error)
-    return "KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
+    text = " ".join(str(x) for x in (error, getattr(error, "_stackTrace", ""), error.__cause__) if x)
+    return ("KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
+            or "KafkaIllegalStateException" in text)
+
+
+def checkpoint_position(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int] | None:
+    """Per partition, the offset a query on ``checkpoint`` reads next: the end of its last
+    committed micro-batch, or (none committed yet) the offsets it started from; None when
+    the checkpoint holds neither."""
+    fs, path = _fs(spark, checkpoint)
+    commits = _numbered(fs, path(f"{checkpoint}/commits"))
+    if commits:
+        text = _read_text(spark, fs, path(f"{checkpoint}/offsets/{commits[-1]}"))
+    else:
+        # The Kafka source's initial offsets (its first micro-batch starts there).
+        initial = _numbered(fs, path(f"{checkpoint}/sources/0"))
+        text = _read_text(spark, fs, path(f"{checkpoint}/sources/0/{initial[0]}")) if initial else None
+    if text is None:
+        return None
+    for line in reversed(text.splitlines()):  # "v1", then metadata, then one line per source
+        line = line.strip()
+        if line.startswith("{") and f'"{topic}"' in line:
+            found = parse_spark_offsets(line).get(topic, {})
+            # -2/-1 stand for earliest/latest: nothing read yet, no position.
+            return {p: o for p, o in found.items() if o >= 0}
+    return None
+
+
+def _fs(spark: SparkSession, location: str):
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.Path(location).getFileSystem(spark._jsc.hadoopConfiguration())
+    return fs, jvm.org.apache.hadoop.fs.Path
+
+
+def _numbered(fs, directory) -> list[int]:
+    """The numbered files of a checkpoint directory (micro-batch ids), ascending."""
+    if not fs.exists(directory):
+        return []
+    names = [status.getPath().getName() for status in fs.listStatus(directory)]
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def _read_text(spark: SparkSession, fs, path) -> str | None:
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
 
 
 # A micro-batch of at most this many records is coalesced to the cores (``process_batch``).
@@ -398,13 +450,13 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobReques
             if not (isinstance(e, DataLossError) or is_data_loss(e)):
                 raise
             try:
-                check_gaps(spark, config, ds, exact=True)
+                check_gaps(spark, config, ds)
             except DataLossError as loss:
                 if request.available_now:
                     raise loss from None
                 wait_until_accepted(spark, config, ds, loss)
                 continue
-            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds, exact=True):
+            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds):
                 raise  # Spark saw a loss the tables cannot place: not ours to explain
     return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **_summary(last)}
 
@@ -420,7 +472,7 @@ def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: 
         while True:
             time.sleep(BLOCKED_POLL_SECONDS)
             try:
-                check_gaps(spark, config, ds, exact=True)
+                check_gaps(spark, config, ds)
                 return
             except DataLossError:
                 continue

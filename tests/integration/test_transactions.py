@@ -10,7 +10,7 @@ sees it, so a bug shared by loglake's reader and writer cannot hide.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import functions as F
 
 from loglake.audit import audit_dataset, format_audit
@@ -97,6 +97,20 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
         assert (d["missing_in_speed"]["count"], d["missing_in_batch"]["count"], d["changed"]["rows"]) == (0, 0, 0)
     status = dataset_status(config, ds)
     assert [(s.speed_lag, s.batch_lag) for s in status.partitions] == [(0, 0)] * ds.partitions
+
+    # An open transaction: its records are not readable yet (read_committed stops at the last
+    # stable offset), so the log's end does not move, and nothing waits for them.
+    open_txn = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "transactional.id": f"open-{ds.topic}"})
+    open_txn.init_transactions(30)
+    open_txn.begin_transaction()
+    for i in range(20):
+        open_txn.produce(ds.topic, key=str(i).encode(), value=b'{"not": "committed yet"}')
+    open_txn.flush(30)
+    assert {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()} == ends
+    assert not plan_batch(config, ds).ranges
+    run_speed(spark, config, ds, available_now=True)
+    assert len(landed(spark, config, ds, "speed")) == len(committed)
+    open_txn.abort_transaction(30)
 
     # Retention is still loud on a sparse topic: offsets deleted before the batch layer read them.
     more = produce(config, ds, 300, seed=204, transactional=True, transaction_size=30, abort_every=2)
