@@ -82,7 +82,9 @@ def report_batch(run: dict) -> bool:
             print(f"  write   {name}: {v.get('records')} rows, {v.get('quarantined')} quarantined in "
                   f"{v.get('seconds')}s ({f'{rate:,} records/s' if rate else 'n/a'}), "
                   f"{'in the shared Spark application' if v.get('shared_application') else 'spark-submit'} "
-                  f"{v.get('submit_seconds')}s")
+                  f"{v.get('submit_seconds')}s"
+                  + (f" (of which {v['start_wait_seconds']}s waiting for it to start)"
+                     if v.get("start_wait_seconds") else ""))
         elif task_id == "dataset.quality":
             warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected"
                                for w in v.get("warned", []))

@@ -61,7 +61,8 @@ def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = Tru
 
 
 def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) -> int:
-    """Start Kafka (if embedded), create missing topics, start the speed streams and Airflow."""
+    """Start Kafka (if embedded), create missing topics, start the speed streams, the shared
+    Spark application and Airflow."""
     from loglake.airflow_embedded import ADMIN_USER, password_file
     from loglake.kafka_admin import ensure_topic, list_topics
 
@@ -86,6 +87,17 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         if missing:
             print(f"  topics not created yet: {', '.join(missing)} (their speed streams wait for them)")
     start_streams(config)
+    if config.profile.spark.shared_application:
+        # Before Airflow: its scheduler runs a due run's first tasks even before Airflow reports
+        # healthy, and a task that comes while the application starts waits for it
+        # (loglake.jobserver.submit), whereas one that comes before it was started at all runs
+        # under spark-submit: a second JVM starting beside it on the same cores.
+        from loglake import jobserver
+        from loglake.launch import start_shared_application
+
+        pid, new = start_shared_application(config)
+        print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
+              f"of the batch-side jobs, log {jobserver.process(config).log_file})")
 
     # Unpaused: the scheduled batch DAG runs without anyone switching it on.
     airflow = _airflow(config, airflow_port, dags_paused=False)
@@ -94,15 +106,6 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
     seconds = airflow.start(timeout)
     print(f"airflow: healthy after {seconds:.1f}s at {airflow.url} (logs {config.home / 'logs'}/airflow-*.log)")
     print(f"  log in as {ADMIN_USER} with password {airflow.password()} (kept in {password_file(airflow.home)})")
-    if config.profile.spark.shared_application:
-        # Started last: the streams' and Airflow's start-up have the cores first; a task that
-        # comes before it answers runs under spark-submit.
-        from loglake import jobserver
-        from loglake.launch import start_shared_application
-
-        pid, new = start_shared_application(config)
-        print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
-              f"of the batch-side jobs, log {jobserver.process(config).log_file})")
     print(f"loglake is up ({time.monotonic() - t0:.1f}s): `loglake status` shows it, `loglake down` stops it")
     return 0
 

@@ -67,12 +67,14 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
 
     def _in_shared_application(self, config, request) -> dict | None:
         """The job's summary from the shared Spark application; None when it does not run
-        there (not running, or refused). A failure fails the task like spark-submit's would."""
+        there (not running, not answering within its start wait, or refused). A task that
+        comes while it starts waits for it (``loglake.jobserver.submit``). A failure fails the
+        task like spark-submit's would."""
         from loglake import jobserver
 
         if self.job not in jobserver.SERVED:
             return None
-        answer = jobserver.submit(config, request, output=self._job_output)
+        answer = or_fail(jobserver.submit, config, request, output=self._job_output)
         if answer is None:
             return None
         code, summary = answer

@@ -168,3 +168,34 @@ def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(se
     assert jobserver.process(config).pid() == supervisor and len(descendants(supervisor)) > 1
     r = loglake(config, "batch", "company_ceos")
     assert r.returncode == 0 and "(in the shared Spark application)" in r.stdout, r.stdout + r.stderr
+
+
+def test_jobs_sent_while_the_application_starts_wait_for_it_and_run_in_it(served):
+    """``loglake up`` starts the application last and a scheduled run's first tasks come right
+    after: a job sent while it is still starting waits for it (bounded) instead of paying a
+    JVM of its own under spark-submit. Two sent at once are both served by it."""
+    config = served
+    names = ("company_ceos", "job_views")
+    for name in names:
+        produce(config, config.dataset(name), 30, seed=23, progress=False)
+    requests = [JobRequest("batch", name, plan_batch(config, config.dataset(name)), f"starting-{name}")
+                for name in names]
+    jobserver.stop(config)
+    start_shared_application(config)  # as `loglake up` does: not waiting for it to answer
+    assert jobserver.ping(config) is None  # starting: not answering yet
+    answers, lines = {}, []
+
+    def send(request):
+        answers[request.dataset] = jobserver.submit(config, request, output=lines.append)
+
+    threads = [threading.Thread(target=send, args=(r,)) for r in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for name in names:
+        assert answers.get(name) is not None, f"{name}: submit gave up on the starting application: {lines}"
+        code, summary = answers[name]
+        assert code == 0 and summary["shared_application"] is True and summary["start_seconds"] == 0, summary
+        assert summary["start_wait_seconds"] > 0, summary  # it came while the application started
+    assert any("is starting; waiting" in line for line in lines), lines
