@@ -248,8 +248,8 @@ def cmd_query(config: Config, args) -> int:
             if args.engine == "arrow":
                 raise LoglakeError(f"--engine arrow: {e}") from None
             logging.getLogger("loglake.query").info("the arrow engine leaves this statement to Spark: %s", e)
-        except ParamError:
-            if args.engine == "arrow" or writes_for_sure(args.sql):
+        except ParamError as e:
+            if args.engine == "arrow" or e.field != "sql" or writes_for_sure(args.sql):
                 raise
             # A word that may write, outside strings: Spark's parser decides (and refuses a write).
         else:
