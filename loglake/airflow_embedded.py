@@ -243,6 +243,11 @@ class EmbeddedAirflow:
                 if not proc.pid():
                     proc.start([airflow_bin(), c], env=env, cwd=self.home)
                     started.append(c)
+                    if c == "api-server":
+                        # Task processes report to the api-server's execution API: a task the
+                        # scheduler starts before it listens fails its first attempt (seen: a due
+                        # scheduled run's first task, retried only after the retry delay).
+                        self._wait_listening(proc, timeout)
             self._save(kept)
             self._wait_healthy(timeout, since, started)
         except BaseException:
@@ -286,6 +291,16 @@ class EmbeddedAirflow:
         # waits on a queue nobody writes to any more, so SIGKILL follows at once.
         terminate(doomed, timeout=1.0)
         return kept
+
+    def _wait_listening(self, proc, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if not proc.pid():
+                raise ProcessError(f"the Airflow api-server ended while starting; see {proc.log_file}")
+            if time.monotonic() > deadline:
+                raise ProcessError(f"the Airflow api-server did not listen on port {self.port} within "
+                                   f"{timeout:.0f}s; see {proc.log_file}")
+            time.sleep(0.5)
 
     def _wait_healthy(self, timeout: float, since: float = 0.0, started=()) -> None:
         procs = self.processes
