@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 import loglake
+from loglake.arrow_views import sql as arrow_sql
 from loglake.cli import render_rows
 from loglake.config import load_config
 from loglake.errors import ParamError
@@ -64,9 +65,10 @@ def test_write_statements_are_refused_and_change_nothing(spark, lake):
     path = config.table_path(ds, "batch")
     before = snapshot(path)
     for sql in writes(path):
-        with pytest.raises(ParamError) as e:
-            query(spark, config, sql)
-        assert e.value.field == "sql" and "read-only" in str(e.value), sql
+        for engine in (lambda: query(spark, config, sql), lambda: arrow_sql(config, sql)):
+            with pytest.raises(ParamError) as e:
+                engine()
+            assert e.value.field == "sql" and "read-only" in str(e.value), sql
     after = snapshot(path)
     assert (after.version, after.files) == (before.version, before.files)
 
