@@ -3,6 +3,8 @@ layer exactly once (issue 12)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from loglake.audit import audit_dataset
@@ -16,6 +18,7 @@ from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.replay import replay, revalidated
 from spark_jobs.serving import query, serving_view
 from spark_jobs.speed import run_speed
+from tests.integration.test_cli import loglake, noise
 from tests.integration.test_schema_evolution import JOB_VIEWS_FIELDS, evolved
 
 pytestmark = pytest.mark.integration
@@ -33,6 +36,17 @@ def versions(config, ds) -> dict[str, int]:
 def quarantined(spark, config, layer: str) -> set[tuple[int, int]]:
     return {(r[0], r[1]) for r in query(spark, config, "SELECT _partition, _offset FROM quarantine.job_views "
                                                        f"WHERE _layer = '{layer}'").collect()}
+
+
+def reasons(spark, config, layer: str, offsets: set[tuple[int, int]]) -> str:
+    """How many of ``offsets`` the layer's quarantine holds per reason, as replay says it."""
+    rows = query(spark, config, f"SELECT _partition, _offset, reason_code FROM quarantine.job_views "
+                                f"WHERE _layer = '{layer}'").collect()
+    counts: dict[str, int] = {}
+    for p, o, code in rows:
+        if (p, o) in offsets:
+            counts[code] = counts.get(code, 0) + 1
+    return ", ".join(f"{code} {n}" for code, n in sorted(counts.items())) or "none"
 
 
 def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, make_config):
@@ -64,11 +78,22 @@ def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, ma
     assert lines[0].startswith(f"replay job_views speed: would move {len(accepted['speed'])} (")
     assert "stay quarantined" in lines[0] and "would recompute" in lines[2]
 
-    summary = replay(spark, config, ds, "replay-1")
-    assert summary["batch_published"], summary
-    lines = replay_lines(summary)
-    assert lines[0].startswith(f"replay job_views speed: moved {len(accepted['speed'])} (")
-    assert lines[1].startswith(f"replay job_views batch: moved {len(accepted['batch'])} (")
+    # The replay itself as an operator types it: the command, its replay job under spark-submit.
+    said = []
+    for layer in ("speed", "batch"):
+        stay = before[layer] - accepted[layer]
+        said.append(f"replay job_views {layer}: moved {len(accepted[layer])} "
+                    f"({reasons(spark, config, layer, accepted[layer])}); {len(stay)} stay quarantined "
+                    f"({reasons(spark, config, layer, stay)})")
+    r = loglake(config, "replay", "job_views", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not noise(r.stdout + r.stderr), r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == said, r.stdout
+    published = re.fullmatch(r"replay job_views batch: recomputed .*; the quality gate published it \(run (\S+)\)",
+                             lines[2])
+    assert published, r.stdout
+    run_id = published[1]
     # Out of the quarantine, into the tables; what stays is still invalid.
     for layer in ("speed", "batch"):
         assert quarantined(spark, config, layer) == before[layer] - accepted[layer]
@@ -82,7 +107,7 @@ def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, ma
     truth = sorted(tuple(r) for r in recompute_from_log(spark, config, ds).select(*cols).collect())
     assert served == truth and len(truth) > 540
     assert audit_dataset(config, ds, record=False)["ok"]
-    assert any("replay replay-1" in e["meaning"] for e in table_history(config, "speed.job_views", 5))
+    assert any(f"replay {run_id}" in e["meaning"] for e in table_history(config, "speed.job_views", 5))
 
     # Twice is once: nothing moves and no table changes.
     settled = versions(config, ds)
