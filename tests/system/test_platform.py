@@ -1,4 +1,5 @@
-"""``up``, ``status``, ``down`` of the whole platform, as an operator runs them.
+"""``loglake up``, ``loglake status``, ``loglake down`` of the whole platform, as an operator
+types them (the ``loglake`` command line in a subprocess).
 
 One embedded broker, both speed streams, the shared Spark application and Airflow, on free
 ports in a state directory of the test's own. While it is up, a batch run triggered
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -25,17 +27,14 @@ from loglake.processes import alive, descendants
 from loglake.config import load_config
 from loglake.processes import free_port
 from loglake.kafka_admin import log_bounds
-from loglake.ledger import batch_watermarks
+from loglake.ledger import batch_watermarks, ledger_rows
 from loglake.processes import Managed, wait_for
 from loglake.produce import produce
 
 from loglake.sandbox import write_conf
+from tests.integration.test_cli import noise
 
 pytestmark = pytest.mark.system
-
-# What `loglake up|down|status` run (loglake.cli hands the loaded config to these).
-PLATFORM = ("import sys; from loglake.config import load_config; from loglake import platform; "
-            "sys.exit(getattr(platform, sys.argv[1])(load_config()))")
 
 
 @pytest.fixture
@@ -53,7 +52,8 @@ def platform_config(tmp_path):
 
 
 def platform(env: dict, action: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PLATFORM, action], env=env, capture_output=True, text=True,
+    """``loglake up|status|down``, the command an operator types."""
+    return subprocess.run([sys.executable, "-m", "loglake.cli", action], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -113,11 +113,19 @@ def test_up_status_batch_run_down(platform_config):
     print(f"triggered batch run: {state} after {time.monotonic() - t1:.1f}s")
     assert state == "success"
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
-    # Its Spark tasks ran in the shared application (no JVM of their own), the job's summary says so.
-    for task in ("recompute", "quality"):
-        value = rest(af, f"/api/v2/dags/loglake_batch/dagRuns/{run_id}/taskInstances/dataset.{task}/xcomEntries/"
-                         "return_value?map_index=0", token)["value"]
-        assert value["shared_application"] is True and value["start_seconds"] == 0, value
+    # Unpausing made a scheduled run too (catchup=False runs the latest past trigger time at once):
+    # whichever of the two planned after the records arrived recomputed them, and the ledger names
+    # it. Its Spark tasks ran in the shared application (no JVM of their own), its summaries say so.
+    recomputed = {r["run_id"].split("/", 1)[1] for r in ledger_rows(config, ds) if r["state"] == "published"}
+    assert recomputed, ledger_rows(config, ds)
+    for rid in recomputed:
+        path = f"/api/v2/dags/loglake_batch/dagRuns/{quote(rid, safe='')}"
+        assert wait_for(lambda: (s := rest(af, path, token)["state"]) in ("success", "failed") and s, 600,
+                        f"batch run {rid} to finish") == "success"
+        for task in ("recompute", "quality"):
+            value = rest(af, f"{path}/taskInstances/dataset.{task}/xcomEntries/return_value?map_index=0",
+                         token)["value"]
+            assert value["shared_application"] is True and value["start_seconds"] == 0, value
     assert jobserver.ping(config)["served"] >= 2
 
     tree = all_processes(config)
@@ -132,3 +140,6 @@ def test_up_status_batch_run_down(platform_config):
     after = platform(env, "status")
     assert after.returncode == 1
     assert "running (pid" not in after.stdout
+    # The commands printed loglake's own words; the processes' output went to their logs.
+    for out in (up, status, down, after):
+        assert not noise(out.stdout + out.stderr), out.stdout + out.stderr
