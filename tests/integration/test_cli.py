@@ -149,7 +149,7 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     assert all("incubator" in p.read_text() for p in jobs), jobs  # each spark-submit's JVM
     cli_log = (config.home / "logs" / "cli.log").read_text()
     assert "ran by the arrow engine" in cli_log  # the query: a SELECT answered without a JVM
-    assert "loglake.spark: starting Spark (loglake-query)" in cli_log
+    assert "starting Spark (loglake-query)" not in cli_log
 
 
 def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
