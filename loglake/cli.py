@@ -100,7 +100,7 @@ def cmd_produce(config: Config, args) -> int:
             f"read_committed consumer sees)" if args.transactional else "")
     print(f"produced {res.records} records to {ds.topic} ({res.good} good, {res.bad} malformed"
           f"{f', {res.tombstones} tombstones' if res.tombstones else ''}){txns} in {res.seconds:.2f}s: "
-          f"{(res.records + res.aborted) / res.seconds if res.seconds else 0:,.0f} records/s")
+          f"{res.rate:,.0f} records/s")
     return 0
 
 

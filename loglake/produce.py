@@ -143,7 +143,8 @@ class ProduceResult:
 
     @property
     def rate(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
+        """Records written per second, those of aborted transactions too."""
+        return (self.records + self.aborted) / self.seconds if self.seconds > 0 else 0.0
 
 
 def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None) -> Iterator[tuple[Record, bool]]:
@@ -209,10 +210,10 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     def on_delivery(err, msg):
         if err is not None:
             errors.append(str(err))
-        else:
+        elif transactional:
             pending.append((msg.partition(), msg.offset()))
-            if not transactional:
-                _count_delivered(result, pending, acked)
+        else:
+            _count_delivered(result, [(msg.partition(), msg.offset())], acked)
 
     # Per record of the open transaction: (key, value, ok), counted when it commits.
     in_txn: list[tuple[bytes | None, bytes | None, bool]] = []
@@ -229,6 +230,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             for key, value, ok in in_txn:
                 _count_record(result, ds, key, value, ok)
             _count_delivered(result, pending, acked)
+            pending.clear()
         result.transactions += 1
         in_txn.clear()
 
@@ -267,8 +269,6 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         remaining = producer.flush(60)
         if remaining:
             raise KafkaException(f"{remaining} records were not delivered within 60 s")
-        if not transactional:
-            _count_delivered(result, pending, acked)
     finally:
         if bar is not None:
             bar.update(count - bar.n)
@@ -297,4 +297,3 @@ def _count_delivered(result: ProduceResult, delivered: list[tuple[int, int]],
         result.by_partition[p] = result.by_partition.get(p, 0) + 1
         if acked is not None:
             acked.append((p, o))
-    delivered.clear()
