@@ -78,17 +78,9 @@ def speed_positions(config: Config, ds: Dataset, committed: dict[int, int | None
     past the highest offset its tables landed (speed, speed quarantine) when that is further.
     The group's record follows each micro-batch asynchronously and may be missing (a run
     that ended before it was made) or a micro-batch behind; the tables are not."""
-    from loglake.tables import open_table, query
+    from loglake.tables import landed_positions
 
-    landed: dict[int, int] = {}
-    topic = ds.topic.replace("'", "''")
-    for layer, where in (("speed", ""), ("quarantine", " AND \"_layer\" = 'speed'")):
-        table = open_table(config.table_path(ds, layer))
-        if table is None:
-            continue
-        for row in query(table, f'SELECT "_partition" AS p, max("_offset") AS o FROM t '
-                                f"WHERE \"_topic\" = '{topic}'{where} GROUP BY \"_partition\""):
-            landed[row["p"]] = max(landed.get(row["p"], -1), row["o"] + 1)
+    landed = landed_positions(config, ds, ds.topic)
     out = dict(committed)
     for p, pos in landed.items():
         out[p] = pos if out.get(p) is None else max(out[p], pos)

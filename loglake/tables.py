@@ -89,6 +89,21 @@ def query(table, sql: str) -> list[dict]:
     return pa.table(QueryBuilder().register("t", table).execute(sql).read_all()).to_pylist()
 
 
+def landed_positions(config: Config, ds: Dataset, topic: str) -> dict[int, int]:
+    """Per partition, one past the highest offset of ``topic`` the speed layer landed (in
+    ``speed.<ds>`` or its quarantine rows); partitions with neither are absent."""
+    landed: dict[int, int] = {}
+    quoted = topic.replace("'", "''")
+    for layer, where in (("speed", ""), ("quarantine", " AND \"_layer\" = 'speed'")):
+        table = open_table(config.table_path(ds, layer))
+        if table is None:
+            continue
+        for row in query(table, f'SELECT "_partition" AS p, max("_offset") AS o FROM t '
+                                f"WHERE \"_topic\" = '{quoted}'{where} GROUP BY \"_partition\""):
+            landed[row["p"]] = max(landed.get(row["p"], -1), row["o"] + 1)
+    return landed
+
+
 def _count(table) -> int:
     return 0 if table is None else query(table, "SELECT count(*) AS n FROM t")[0]["n"]
 

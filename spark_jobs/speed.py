@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.config import Config, Dataset
@@ -29,6 +28,7 @@ from loglake.ledger import batch_watermarks
 from loglake.locks import stream_lease, wait_while_paused
 from loglake.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.snapshots import speed_txn_app
+from loglake.tables import landed_positions
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import source_options
 
@@ -99,22 +99,6 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             validated.unpersist()
 
 
-def landed_positions(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> dict[int, int]:
-    """Per partition, one past the highest offset the speed layer landed (speed or its quarantine)."""
-    landed = []
-    for layer in ("speed", "quarantine"):
-        path = config.table_path(ds, layer)
-        if delta_io.table_exists(spark, path):
-            df = spark.read.format("delta").load(path)
-            if layer == "quarantine":
-                df = df.where(F.col("_layer") == "speed")
-            landed.append(df.where(F.col("_topic") == topic).groupBy("_partition").agg(F.max("_offset").alias("m")))
-    if not landed:
-        return {}
-    merged = landed[0] if len(landed) == 1 else landed[0].unionByName(landed[1])
-    return {r["_partition"]: r["m"] + 1 for r in merged.groupBy("_partition").agg(F.max("m").alias("m")).collect()}
-
-
 def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
     """Starting offsets for a *new* checkpoint: after what the tables already hold.
 
@@ -125,7 +109,7 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
     there (an accepted loss counts as covered: the stream resumes after it). Partitions
     with neither start at earliest.
     """
-    highest = landed_positions(spark, config, ds, topic)
+    highest = landed_positions(config, ds, topic)
     covered = batch_watermarks(config, ds) if topic == ds.topic else {}
     if not highest and not covered:
         return "earliest"
@@ -153,7 +137,7 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     with_lost = compute_watermarks(rows, earliest)
     positions = checkpoint_position(spark, config.checkpoint_path(ds), ds.topic)
     if positions is None:
-        positions = landed_positions(spark, config, ds, ds.topic)
+        positions = landed_positions(config, ds, ds.topic)
     out = []
     for p, pos in sorted(positions.items()):
         pos = max(pos, published.get(p, -1))
@@ -162,9 +146,10 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     return out
 
 
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> bool:
-    """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns whether
-    an accepted loss needs a new checkpoint (Spark's would still point into the gap)."""
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+    """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns the
+    accepted gaps (``speed_gaps``'): any means a new checkpoint (Spark's would still point
+    into the gap)."""
     gaps = speed_gaps(spark, config, ds)
     unaccepted = [g for g in gaps if not g[3]]
     if unaccepted:
@@ -175,7 +160,7 @@ def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> bool:
                             "deleted them before the speed layer read them; the stream waits until an operator "
                             f"records the loss: loglake accept-loss {ds.name} {partition}--reason TEXT "
                             "(or the loglake_accept_loss DAG)")
-    return bool(gaps)
+    return gaps
 
 
 def is_data_loss(error: BaseException) -> bool:
@@ -209,6 +194,8 @@ def checkpoint_position(spark: SparkSession, checkpoint: str, topic: str) -> dic
 
 
 def _fs(spark: SparkSession, location: str):
+    """The Hadoop file system of ``location`` (a checkpoint: local, HDFS or an object store),
+    and the constructor of its paths."""
     jvm = spark._jvm
     fs = jvm.org.apache.hadoop.fs.Path(location).getFileSystem(spark._jsc.hadoopConfiguration())
     return fs, jvm.org.apache.hadoop.fs.Path
@@ -263,9 +250,9 @@ class _PositionRecorder(StreamingQueryListener):
     def _keep_progress(self, progress_json: str) -> None:
         """Replace the progress file atomically; a failure is reported, never raised: the file
         is a view for ``loglake status``, and the stream must not fail for it."""
-        # One writer at a time in this process, each with a temporary name of its own (another
-        # process writing the same file cannot rename this one's away).
-        tmp = self.progress_file.with_name(f"{self.progress_file.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        # One writer at a time in this process, with a temporary name of the process's own
+        # (another process writing the same file cannot rename this one's away).
+        tmp = self.progress_file.with_name(f"{self.progress_file.name}.{os.getpid()}.tmp")
         with self._file_lock:
             try:
                 tmp.write_text(progress_json)
@@ -344,20 +331,16 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
 
 def _set_aside(spark: SparkSession, checkpoint: str) -> None:
     """Rename a checkpoint to ``<checkpoint>.before-loss-<time>`` (kept for inspection)."""
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(checkpoint)
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    target = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}.before-loss-{time.strftime('%Y%m%dT%H%M%S')}")
-    fs.rename(path, target)
+    fs, path = _fs(spark, checkpoint)
+    target = path(f"{checkpoint}.before-loss-{time.strftime('%Y%m%dT%H%M%S')}")
+    fs.rename(path(checkpoint), target)
     print(f"loglake: speed {checkpoint}: position in an accepted loss; checkpoint set aside as {target}; "
           f"resuming after the loss", file=sys.stderr, flush=True)
 
 
 def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets")
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    return fs.exists(path) and len(fs.listStatus(path)) > 0
+    fs, path = _fs(spark, checkpoint)
+    return bool(_numbered(fs, path(f"{checkpoint}/offsets")))
 
 
 def batch_records(progress: dict, topic: str) -> int:
@@ -450,13 +433,13 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobReques
             if not (isinstance(e, DataLossError) or is_data_loss(e)):
                 raise
             try:
-                check_gaps(spark, config, ds)
+                gaps = check_gaps(spark, config, ds)
             except DataLossError as loss:
                 if request.available_now:
                     raise loss from None
                 wait_until_accepted(spark, config, ds, loss)
                 continue
-            if not isinstance(e, DataLossError) and not speed_gaps(spark, config, ds):
+            if not isinstance(e, DataLossError) and not gaps:
                 raise  # Spark saw a loss the tables cannot place: not ours to explain
     return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **_summary(last)}
 
