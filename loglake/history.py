@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from loglake.config import Config, Dataset
 from loglake.contracts import MAINTENANCE_LOG
 from loglake.errors import ParamError
+from loglake.ledger import serving_record
 
 _METRICS = (("numOutputRows", "+{} rows"), ("num_added_rows", "+{} rows"), ("numTargetRowsInserted", "+{} inserted"),
             ("numTargetRowsUpdated", "{} updated"), ("numTargetRowsDeleted", "{} deleted"),
@@ -254,12 +255,6 @@ def format_history(table: str, rows: list[dict]) -> list[str]:
         metrics = f"  [{r['metrics']}]" if r["metrics"] else ""
         lines.append(f"  v{r['version']:<5} {r['timestamp']}  {r['operation']:<14}{metrics}  {r['meaning']}")
     return lines
-
-
-def serving_record(ledger: list[dict]) -> dict | None:
-    """The ledger row that recorded the versions readers are served (``loglake.ledger.serving_point``'s)."""
-    marked = [r for r in ledger if r.get("batch_version") is not None]
-    return max(marked, key=lambda r: (r["committed_at"], r["batch_version"])) if marked else None
 
 
 def unserved_foreign_commits(config: Config, ds: Dataset, layer: str, ledger: list[dict],

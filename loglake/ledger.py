@@ -42,14 +42,21 @@ def ledger_rows(config: Config, ds: Dataset, version: int | None = None) -> list
 COVERING = (None, "published", "lost")
 
 
-def serving_point(rows: Sequence[Mapping]) -> tuple[int | None, int | None]:
-    """(batch version, quarantine version) that readers serve: those recorded by the newest
-    publish or compaction (both under the dataset's single writer). (None, None) for a
-    ledger from before versions were recorded: readers then take the tables' current ones."""
+def serving_record(rows: Sequence[Mapping]) -> Mapping | None:
+    """The ledger row that recorded the versions readers serve: the newest publish or
+    compaction (both under the dataset's single writer); None for a ledger from before
+    versions were recorded."""
     marked = [r for r in rows if r.get("batch_version") is not None]
-    if not marked:
+    return max(marked, key=lambda r: (r["committed_at"], r["batch_version"])) if marked else None
+
+
+def serving_point(rows: Sequence[Mapping]) -> tuple[int | None, int | None]:
+    """(batch version, quarantine version) that readers serve (``serving_record``'s). (None,
+    None) for a ledger from before versions were recorded: readers then take the tables'
+    current ones."""
+    newest = serving_record(rows)
+    if newest is None:
         return None, None
-    newest = max(marked, key=lambda r: (r["committed_at"], r["batch_version"]))
     return newest["batch_version"], newest.get("quarantine_version")
 
 
