@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from confluent_kafka import Producer
 
@@ -19,14 +15,9 @@ from loglake.results import last_audit
 from loglake.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
+from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
-
-
-def loglake(config, *args, timeout=300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def build_half(spark, config, ds) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,6 +11,7 @@ import yaml
 from loglake.processes import free_port
 from loglake.kafka_admin import group_offsets, log_bounds
 from loglake.processes import Managed, wait_for
+from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +25,6 @@ def noise(text: str) -> list[str]:
     """The lines of ``text`` that are not loglake's own words."""
     return [line for line in text.splitlines()
             if line.startswith("%") or any(word in line for word in NOISE)]
-
-
-def loglake(config, *args, timeout=300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_bad_arguments_are_rejected_with_the_name(make_config):

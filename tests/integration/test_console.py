@@ -15,7 +15,8 @@ from loglake.config import load_config
 from loglake.processes import free_port
 from loglake.sandbox import write_conf
 
-from tests.integration.test_cli import loglake, noise
+from tests.integration.commands import loglake
+from tests.integration.test_cli import noise
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from loglake.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 
-from tests.integration.test_audit import loglake
+from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
 

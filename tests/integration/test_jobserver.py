@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -28,6 +26,7 @@ from loglake.processes import descendants, wait_for
 from loglake.produce import produce
 from loglake.sandbox import write_conf
 from loglake.tables import open_table, query
+from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +49,6 @@ def served(tmp_path_factory, kafka_bootstrap):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def loglake(config, *args, timeout=600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def rows(config, ds, layer: str) -> list[tuple]:

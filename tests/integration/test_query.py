@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 
@@ -25,6 +22,7 @@ from loglake.tables import snapshot
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.serving import query
 from spark_jobs.speed import run_speed
+from tests.integration.commands import loglake as cli
 
 pytestmark = pytest.mark.integration
 
@@ -113,9 +111,7 @@ def test_as_of_a_version_or_a_timestamp_and_the_output_formats(spark, lake):
         query(spark, config, "SELECT count(*) FROM batch.job_views", "999")
     assert e.value.field == "--as-of"
     assert f"version 999 of batch.job_views does not exist (its newest is {newest};" in str(e.value)
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    r = subprocess.run([sys.executable, "-m", "loglake.cli", "query", "SELECT * FROM batch.job_views",
-                        "--as-of", "999"], env=env, capture_output=True, text=True, timeout=300)
+    r = cli(config, "query", "SELECT * FROM batch.job_views", "--as-of", "999")
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr.startswith("loglake: error: --as-of: version 999 of batch.job_views does not exist"), r.stderr
     assert "Traceback" not in r.stderr and "WARN" not in r.stderr
@@ -153,12 +149,6 @@ def both(spark, kafka_bootstrap, tmp_path_factory):
         produce(config, ds, 60, seed=seed, bad_fraction=0.02)
         run_speed(spark, config, ds, available_now=True)
     return config, between
-
-
-def cli(config, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 def kafka_down() -> dict:

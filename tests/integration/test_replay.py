@@ -18,7 +18,8 @@ from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.replay import replay, revalidated
 from spark_jobs.serving import query, serving_view
 from spark_jobs.speed import run_speed
-from tests.integration.test_cli import loglake, noise
+from tests.integration.commands import loglake
+from tests.integration.test_cli import noise
 from tests.integration.test_schema_evolution import JOB_VIEWS_FIELDS, evolved
 
 pytestmark = pytest.mark.integration

@@ -4,10 +4,6 @@ every retained offset lands once. (The supervised stream's case is R3's, tests/r
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
@@ -15,14 +11,9 @@ from pyspark.sql import functions as F
 from loglake.audit import audit_dataset, format_audit
 from loglake.kafka_admin import admin, log_bounds
 from loglake.produce import produce
+from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
-
-
-def loglake(config, *args, timeout=600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_after_accept_loss(spark, make_config):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from loglake.produce import produce
-from tests.integration.test_cli import loglake
+from tests.integration.commands import loglake
 from tests.unit.test_locks import hold
 
 pytestmark = pytest.mark.integration

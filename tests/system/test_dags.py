@@ -193,7 +193,7 @@ def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_waterma
 def test_replay_dag_moves_the_records_of_its_reason_code_that_the_loosened_conf_accepts(make_config, airflow_db):
     import json
 
-    from tests.integration.test_cli import loglake
+    from tests.integration.commands import loglake
     from tests.integration.test_replay import LOOSENED
     from tests.integration.test_schema_evolution import evolved
 
