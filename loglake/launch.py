@@ -94,8 +94,16 @@ def spark_conf(config: Config) -> dict[str, str]:
         conf["spark.executor.memory"] = config.profile.spark.executor_memory
     if not is_local(config):
         conf["spark.executor.extraJavaOptions"] = log4j
-    conf.update(config.profile.spark.conf)
+    for key, value in config.profile.spark.conf.items():
+        # The profile's JVM options come after loglake's (its logging, the class archive), not
+        # instead of them; a later option of the same name wins in the JVM.
+        if key in _JAVA_OPTIONS and conf.get(key):
+            value = f"{conf[key]} {value}"
+        conf[key] = value
     return conf
+
+
+_JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 
 def is_local(config: Config) -> bool:

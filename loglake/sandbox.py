@@ -14,17 +14,24 @@ import yaml
 
 from loglake import paths
 
+# JVM options for the Spark drivers and executors of every conf written here (``java_options``
+# overrides it). The test suite sets ``-XX:TieredStopAtLevel=1``: its JVMs are short-lived and
+# its data small, so the optimising compiler's work would never pay back on 2 cores; benchmarks
+# keep the default, the JVM as users run it.
+JAVA_OPTIONS = ""
+
 
 def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
                datasets: dict[str, dict] | None = None, spark: dict | None = None,
                extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
-               local_cluster: dict | None = None) -> Path:
+               local_cluster: dict | None = None, java_options: str | None = None) -> Path:
     """A conf/ directory for one test: the repo's datasets on topics of their own.
 
     ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
     ``spark`` holds profile ``spark`` keys (``conf`` entries are merged), ``kafka`` more
     profile ``kafka`` keys, ``local_cluster`` the profile's local cluster; ``extra_datasets``
-    adds dataset files (name → file content) beside the repo's.
+    adds dataset files (name → file content) beside the repo's; ``java_options`` go to the
+    Spark drivers and executors after loglake's own (default: ``JAVA_OPTIONS``).
     """
     conf = root / "conf"
     (conf / "datasets").mkdir(parents=True, exist_ok=True)
@@ -36,6 +43,10 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                            "spark.sql.adaptive.enabled": "false"}},
         "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
     }
+    java_options = JAVA_OPTIONS if java_options is None else java_options
+    if java_options:
+        profile["spark"]["conf"].update({"spark.driver.extraJavaOptions": java_options,
+                                         "spark.executor.extraJavaOptions": java_options})
     profile["kafka"].update(kafka or {})
     if local_cluster is not None:
         profile["local_cluster"] = local_cluster

@@ -244,3 +244,15 @@ def test_free_ports_are_distinct():
 
     ports = free_ports(8)
     assert len(set(ports)) == 8
+
+
+def test_a_profiles_jvm_options_come_after_loglakes_own(tmp_path):
+    from loglake.launch import log4j_file, spark_conf
+    from loglake.sandbox import write_conf
+
+    config = load_config(write_conf(tmp_path, "localhost:9", java_options="-XX:TieredStopAtLevel=1",
+                                    spark={"master": "spark://127.0.0.1:7077"}), home=tmp_path / "state")
+    conf = spark_conf(config)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert conf[key].startswith(f"-Dlog4j2.configurationFile={log4j_file()}"), conf[key]
+        assert conf[key].endswith(" -XX:TieredStopAtLevel=1"), conf[key]
