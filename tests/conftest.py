@@ -18,9 +18,9 @@ from loglake.config import Config, load_config
 from loglake.sandbox import write_conf
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-# The suite's Spark JVMs are short-lived and its data small: the C1 compiler only (about a
-# quarter less wall time for a small job on this machine, and no C2 threads taking the other
-# worker's core). Benchmarks run the JVM as users do.
+# The Spark JVMs the suite starts (spark-submit, the CLI, Airflow's tasks) are short-lived and
+# their data small: the C1 compiler only (about a quarter less wall time for a small job on this
+# machine, and no C2 threads taking the other worker's core). Benchmarks run the JVM as users do.
 sandbox.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
@@ -43,7 +43,9 @@ def kafka_bootstrap(tmp_path_factory) -> str:
 def spark_config(tmp_path_factory) -> Config:
     # The session's settings only; tests that need Kafka build their own Config.
     root = tmp_path_factory.mktemp("spark-session")
-    return load_config(write_conf(root, "localhost:9"), home=root / "state")
+    # The in-process session lives as long as the worker and runs most of its Spark work:
+    # there the optimising compiler pays back (java_options="" keeps the JVM's default).
+    return load_config(write_conf(root, "localhost:9", java_options=""), home=root / "state")
 
 
 @pytest.fixture(scope="session")
