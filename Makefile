@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
-.PHONY: setup jars test test-unit test-integration test-long bench soak demo up down status clean-state
+.PHONY: setup jars test test-unit test-integration test-long bench soak demo up down status clean-state docs
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
 setup: $(STAMP) jars
@@ -20,8 +20,8 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 	touch $@
 
 jars: $(STAMP)
-	$(PY) -m loglake.setup_jvm
-	$(PY) -m loglake.jvm_cds
+	$(PY) -m loglake.local.jars
+	$(PY) -m loglake.jobs.cds
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
 ## broker and Spark session), but the long fault scenarios (marked `long`: make test-long)
@@ -46,6 +46,11 @@ bench: setup
 ## soak: the fault scenarios at full scale (soak/results/<date>.json and .png)
 soak: setup
 	$(PY) -m soak.run $(SOAK_ARGS)
+
+## docs: the manual (docs/) as a site in site/ with MkDocs, strict: a broken link or a page left out of
+## the nav fails the build
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 ## demo: bring the platform up, produce events, a scheduled batch run through Airflow, an exact serving view
 demo: setup

@@ -3,7 +3,7 @@
 A program, not a test: it starts its own embedded broker on free ports in a temporary
 state directory, produces the records, builds the tables with the real speed layer
 (available-now) and the real batch job (the first half of every partition), then runs
-``loglake.audit.audit_dataset`` and prints the log read rate (offsets/s) and the total
+``loglake.ops.audit.audit_dataset`` and prints the log read rate (offsets/s) and the total
 audit time. Results go to ``--out`` as JSON.
 
     PYTHONPATH=$PWD .venv/bin/python bench/audit_speed.py --count 1000000
@@ -18,16 +18,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from loglake.sandbox import write_conf
+from loglake.testing import write_conf
 
 
 def build_tables(config, ds) -> dict:
     """Speed over the whole log, batch over the first half of each partition; timings."""
-    from loglake.kafka_admin import log_bounds
-    from loglake.offsets import OffsetRange
-    from loglake.planning import Plan
+    from loglake.kafka.admin import log_bounds
+    from loglake.core.offsets import OffsetRange
+    from loglake.ledger.planning import Plan
     from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.session import get_spark
+    from loglake.jobs.session import get_spark
     from spark_jobs.speed import run_speed
 
     spark = get_spark(config, "loglake-bench-audit", {"spark.ui.showConsoleProgress": "false"})
@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary state directory")
     args = ap.parse_args(argv)
 
-    from loglake.audit import audit_dataset, format_audit
-    from loglake.config import load_config
-    from loglake.embedded_kafka import EmbeddedKafka
-    from loglake.produce import produce
+    from loglake.ops.audit import audit_dataset, format_audit
+    from loglake.core.config import load_config
+    from loglake.local.broker import EmbeddedKafka
+    from loglake.local.produce import produce
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))
     kafka = None

@@ -8,7 +8,7 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    a 6-partition topic of the module's own, ``WARMUP_RECORDS`` first (step 4), then the rest. Record size: the workload's smallest record
    (``RECORD_BYTES`` = 100 B asked; the typed fields alone make a ~170 B JSON value, no
    padding): 5M × 1 KB would be 5 GB of log and far more minutes than the bench has.
-2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.planning.Plan``).
+2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.ledger.planning.Plan``).
    Recompute = the real batch layer, ``spark_jobs.batch.run_batch``: read exactly those
    offsets, parse/validate/transform, replace them in ``batch.bench_events`` and in the
    batch part of ``quarantine.bench_events`` (``replaceWhere``), append the ledger. Running
@@ -59,7 +59,7 @@ from pathlib import Path
 
 from bench import workload
 from bench.harness import Harness, jvm_pid, median, result
-from loglake.processes import cpu_seconds
+from loglake.core.processes import cpu_seconds
 
 RECORDS = 5_000_000
 QUICK_RECORDS = 300_000
@@ -206,14 +206,14 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         return []
     from pyspark.sql import functions as F
 
-    from loglake.kafka_admin import ensure_topic, log_bounds
-    from loglake.ledger import ledger_rows
-    from loglake.tables import snapshot
-    from loglake.offsets import OffsetRange
-    from loglake.planning import Plan
+    from loglake.kafka.admin import ensure_topic, log_bounds
+    from loglake.ledger.ranges import ledger_rows
+    from loglake.ledger.tables import snapshot
+    from loglake.core.offsets import OffsetRange
+    from loglake.ledger.planning import Plan
     from spark_jobs.batch import run_batch
     from spark_jobs.kafka_source import read_ranges
-    from spark_jobs.predicates import range_predicate
+    from loglake.core.predicates import range_predicate
 
     started = time.monotonic()
     count = int(os.environ.get("LOGLAKE_BENCH_P4_RECORDS") or (QUICK_RECORDS if h.quick else RECORDS))

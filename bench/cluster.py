@@ -45,7 +45,7 @@ class _PeakPss:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from loglake.processes import descendants, pss_bytes
+        from loglake.core.processes import descendants, pss_bytes
 
         while not self._stop.wait(0.5):
             procs = set()
@@ -64,8 +64,8 @@ class _PeakPss:
 
 def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, **kwargs) -> list[dict]:
     """``loglake speed run --available-now`` over one filled topic, from fresh state each run."""
-    from loglake.kafka_admin import ensure_topic
-    from loglake.streams import SpeedStream
+    from loglake.kafka.admin import ensure_topic
+    from loglake.speed.streams import SpeedStream
 
     config = _config(h, f"{name}-produce", bootstrap, **kwargs)
     ds = config.dataset(workload.DATASET)
@@ -95,9 +95,9 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
 
 def _recovery(h: Harness, cluster, config) -> list[float]:
     """Seconds from each leader kill until the stream passed the log end at the kill."""
-    from loglake.kafka_admin import end_offsets, ensure_topic
-    from loglake.processes import wait_for
-    from loglake.streams import SpeedStream
+    from loglake.kafka.admin import end_offsets, ensure_topic
+    from loglake.core.processes import wait_for
+    from loglake.speed.streams import SpeedStream
     from soak.scenarios import caught_up
 
     ds = config.dataset(workload.DATASET)
@@ -136,8 +136,8 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
 
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
-    from loglake.cluster import LocalCluster
-    from loglake.processes import free_ports
+    from loglake.local.cluster import LocalCluster
+    from loglake.core.processes import free_ports
 
     want = {m for m in ("C1", "C2", "C3") if only is None or m in only}
     if not want:

@@ -5,7 +5,7 @@
 Clones the repository at ``BEFORE`` into a temporary directory, puts this tree's ``bench/``
 there (so both runs measure with one harness), and runs ``python -m bench.run`` in it with
 that directory first on ``PYTHONPATH`` (the old ``loglake``/``spark_jobs`` are what its
-CLI, jobs and streams import: ``loglake.paths.REPO_ROOT`` is the clone); then runs the
+CLI, jobs and streams import: ``loglake.core.paths.REPO_ROOT`` is the clone); then runs the
 same command here. The venv, the jar cache and the machine are the same. Each run writes
 its own results directory under ``bench/results/compare-<date>/`` (``before``, ``after``:
 JSON, charts and table as ``make bench`` writes them) and ``before-after.md``: one row per

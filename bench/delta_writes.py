@@ -37,9 +37,9 @@ VARIANTS = {
 def main(argv: list[str]) -> int:
     from pyspark.sql import functions as F
 
-    from loglake.config import load_config
-    from loglake.sandbox import write_conf
-    from spark_jobs.session import get_spark
+    from loglake.core.config import load_config
+    from loglake.testing import write_conf
+    from loglake.jobs.session import get_spark
 
     rows = int(argv[0]) if argv else 2_000_000
     repeats = int(argv[1]) if len(argv) > 1 else 3

@@ -193,7 +193,7 @@ def _check(query) -> None:
 
 def _position(progress: _ProgressLog, topic: str) -> int:
     """Records the stream has committed (sum over partitions of its newest end offset)."""
-    from loglake.offsets import parse_spark_offsets
+    from loglake.core.offsets import parse_spark_offsets
 
     events = list(progress.events.values())
     if not events:
@@ -205,7 +205,7 @@ def _position(progress: _ProgressLog, topic: str) -> int:
 
 def _records(p: dict, topic: str) -> int:
     """Records a micro-batch covered: its end minus start offsets (all partitions)."""
-    from loglake.offsets import parse_spark_offsets
+    from loglake.core.offsets import parse_spark_offsets
 
     src = p["sources"][0]
     start = parse_spark_offsets(src.get("startOffset") or "{}").get(topic, {})
@@ -218,7 +218,7 @@ def _data_batches(progress: _ProgressLog) -> int:
 
 
 def _end_offsets_sum(config, topic: str) -> int:
-    from loglake.kafka_admin import end_offsets
+    from loglake.kafka.admin import end_offsets
 
     return sum(end_offsets(config, topic).values())
 
@@ -230,7 +230,7 @@ def _epoch(iso: str) -> float:
 # -- 1. capacity --------------------------------------------------------------------------
 def measure_capacity(h: Harness) -> dict:
     """Steady-state records/s of the real speed layer on 1 KB records (available-now)."""
-    from loglake.kafka_admin import ensure_topic
+    from loglake.kafka.admin import ensure_topic
     from spark_jobs.speed import run_speed
 
     n = CAPACITY_RECORDS // 4 if h.quick else CAPACITY_RECORDS
@@ -278,7 +278,7 @@ def measure_freshness(h: Harness, rate: float, trigger: str, max_offsets: int, w
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from loglake.kafka_admin import ensure_topic
+    from loglake.kafka.admin import ensure_topic
     from spark_jobs.speed import start_stream
 
     config = h.config(name, extra_datasets={workload.DATASET: workload.dataset_file(PARTITIONS)},
@@ -409,7 +409,7 @@ def measure_floor(h: Harness, rate: float, seconds: float) -> dict:
     """Bare Kafka: the same producer at the same rate, a confluent-kafka consumer; receive - CreateTime."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from loglake.kafka_admin import ensure_topic
+    from loglake.kafka.admin import ensure_topic
 
     config = h.config("freshness-floor", extra_datasets={workload.DATASET: workload.dataset_file(PARTITIONS)})
     ds = config.dataset(workload.DATASET)

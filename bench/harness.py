@@ -38,7 +38,7 @@ class Harness:
     @property
     def bootstrap(self) -> str:
         if self._kafka is None:
-            from loglake.embedded_kafka import EmbeddedKafka
+            from loglake.local.broker import EmbeddedKafka
 
             self._kafka = EmbeddedKafka.on_free_ports(self.root / "kafka-home", heap="1g")
         return self._kafka.bootstrap
@@ -46,8 +46,8 @@ class Harness:
     def config(self, name: str, bootstrap: str | None = None, **conf_kwargs):
         """A Config of its own (conf dir, topics, state dir) on the shared broker (or on
         ``bootstrap``); see sandbox.write_conf."""
-        from loglake.config import load_config
-        from loglake.sandbox import write_conf
+        from loglake.core.config import load_config
+        from loglake.testing import write_conf
 
         base = self.root / name
         # No console progress bars: they would bury the bench's own log lines.
@@ -57,7 +57,7 @@ class Harness:
     def spark(self, config):
         """One in-process Spark session for the whole run (settings of the first config)."""
         if self._spark is None:
-            from spark_jobs.session import get_spark
+            from loglake.jobs.session import get_spark
 
             self._spark = get_spark(config, "loglake-bench")
         return self._spark

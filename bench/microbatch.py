@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="loglake-microbatch-"))
     h = Harness(root)
     try:
-        from loglake.produce import produce
+        from loglake.local.produce import produce
         from spark_jobs import speed
 
         config = h.config("microbatch", speed={"max_offsets_per_trigger": args.records})

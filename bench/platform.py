@@ -55,10 +55,10 @@ class Platform:
     """A platform of the bench's own: conf dir, state dir, free ports; driven through the CLI."""
 
     def __init__(self, base: Path):
-        from loglake.airflow_embedded import COMPONENTS
-        from loglake.config import load_config
-        from loglake.processes import free_port
-        from loglake.sandbox import write_conf
+        from loglake.local.airflow_standalone import COMPONENTS
+        from loglake.core.config import load_config
+        from loglake.core.processes import free_port
+        from loglake.testing import write_conf
 
         kafka_port = _free_port_pair()
         conf = write_conf(base, f"localhost:{kafka_port}")
@@ -91,7 +91,7 @@ class Platform:
 
     def trees(self) -> dict[str, dict[int, int]]:
         """Managed process name → its process tree (pid → start time); remembered in ``seen``."""
-        from loglake.processes import Managed, descendants
+        from loglake.core.processes import Managed, descendants
 
         out = {}
         for names in self.components.values():
@@ -113,9 +113,9 @@ class Platform:
         query and commits micro-batches; an idle stream reports nothing else); its progress
         file says when that micro-batch started and how long it took.
         """
-        from loglake.airflow_embedded import EmbeddedAirflow
-        from loglake.kafka_admin import dataset_state, log_bounds
-        from loglake.produce import produce
+        from loglake.local.airflow_standalone import EmbeddedAirflow
+        from loglake.kafka.admin import dataset_state, log_bounds
+        from loglake.local.produce import produce
 
         wall0 = datetime.now(timezone.utc)
         cli = self.cli("up")
@@ -192,7 +192,7 @@ class Platform:
 
     def down(self) -> dict:
         """``loglake down``: its seconds, per step, and whatever process of the platform is still alive after it."""
-        from loglake.processes import alive, terminate
+        from loglake.core.processes import alive, terminate
 
         gc.collect()  # Kafka clients of this process still in reference cycles: gone before the broker is
         self.trees()
@@ -212,7 +212,7 @@ class Platform:
     def pss(self) -> dict:
         """PSS (bytes) per component and per managed process, summed over each process tree."""
         trees = self.trees()
-        from loglake.processes import pss_bytes
+        from loglake.core.processes import pss_bytes
 
         by_name = {name: pss_bytes(tree) for name, tree in trees.items()}
         counts = {name: len(tree) for name, tree in trees.items()}
@@ -259,7 +259,7 @@ class Cli:
 
 def _free_port_pair() -> int:
     """A free port whose successor is free too (the embedded broker's controller takes port + 1)."""
-    from loglake.processes import free_port, port_open
+    from loglake.core.processes import free_port, port_open
 
     for _ in range(50):
         p = free_port()
@@ -355,7 +355,7 @@ def _failed(metric: str, error: str) -> dict:
 def _pause_scheduled(config) -> list[str]:
     """Pause the scheduled DAGs and fail the runs their first parse created (nothing to process yet),
     so no scheduled run competes with the measurements; P5 triggers its own runs (which unpauses)."""
-    from loglake.demo import _client
+    from loglake.local.demo import _client
 
     _airflow, client = _client(config)
     deadline = time.monotonic() + 30
@@ -445,7 +445,7 @@ def _p7(ups: list[dict], cold: dict, downs: list[dict]) -> dict:
 
 def _p8_measure(h: Harness, plat: Platform) -> dict:
     """PSS samples while events stream in at a steady rate (job_views and company_ceos)."""
-    from loglake.produce import produce
+    from loglake.local.produce import produce
 
     seconds = 20 if h.quick else 60
     rates = {"job_views": 500, "company_ceos": 20}
@@ -514,7 +514,7 @@ def _batch_measure(h: Harness, plat: Platform, t_module: float) -> dict:
     When the log holds more than a few records the batch layer has not recomputed yet (P8's
     events), a first run absorbs them: its Spark tasks count for P5 and its memory for P8, but
     it is not one of P9's runs, which are each over the same number of new records."""
-    from loglake.demo import _client, wait_caught_up
+    from loglake.local.demo import _client, wait_caught_up
 
     config = plat.config
     _airflow, client = _client(config)
@@ -554,7 +554,7 @@ def _batch_measure(h: Harness, plat: Platform, t_module: float) -> dict:
 
 def _backlog(config) -> dict[str, int]:
     """Per dataset, how many records the log holds beyond the batch watermark (``loglake status``'s figure)."""
-    from loglake.status import dataset_status
+    from loglake.ops.status import dataset_status
 
     return {name: sum(p.batch_lag for p in dataset_status(config, ds).partitions)
             for name, ds in config.datasets.items()}
@@ -564,9 +564,9 @@ def _batch_run(h: Harness, plat: Platform, client, sizes: dict[str, int], kind: 
     """Produce ``sizes`` records (2 % malformed), wait until the streams caught up, trigger
     ``loglake_batch`` and wait for it; its tasks (demo.dag_run's), their timestamps, the
     per-task breakdown and when the batch watermark covered the log ends read before the trigger."""
-    from loglake.demo import _spark_overhead, dag_run, wait_caught_up
-    from loglake.kafka_admin import log_bounds
-    from loglake.produce import produce
+    from loglake.local.demo import _spark_overhead, dag_run, wait_caught_up
+    from loglake.kafka.admin import log_bounds
+    from loglake.local.produce import produce
 
     config = plat.config
     t0 = time.monotonic()
@@ -613,7 +613,7 @@ def _batch_run(h: Harness, plat: Platform, client, sizes: dict[str, int], kind: 
 
 
 class _WatermarkWatch(threading.Thread):
-    """Polls the batch watermarks (``loglake.ledger.batch_watermarks``, delta-rs, no JVM) every
+    """Polls the batch watermarks (``loglake.ledger.ranges.batch_watermarks``, delta-rs, no JVM) every
     ``interval`` seconds until they cover ``targets`` (dataset → partition → log end)."""
 
     def __init__(self, config, targets: dict[str, dict[int, int]], earliest: dict[str, dict[int, int]],
@@ -625,7 +625,7 @@ class _WatermarkWatch(threading.Thread):
         self.done = threading.Event()
 
     def check(self) -> None:
-        from loglake.ledger import batch_watermarks
+        from loglake.ledger.ranges import batch_watermarks
 
         for name, ends in self.targets.items():
             if name in self.covered:

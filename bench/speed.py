@@ -24,7 +24,7 @@ import uuid
 
 from bench import pyloop, workload
 from bench.harness import Harness, jvm_pid, median, result
-from loglake.processes import cpu_seconds
+from loglake.core.processes import cpu_seconds
 
 KB = 1024
 P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000
@@ -38,7 +38,7 @@ class Topic:
     """A topic of the benchmark dataset filled once, read by every run of a configuration."""
 
     def __init__(self, h: Harness, partitions: int, record_bytes: int, records: int):
-        from loglake.kafka_admin import ensure_topic
+        from loglake.kafka.admin import ensure_topic
 
         self.h, self.partitions, self.record_bytes, self.records = h, partitions, record_bytes, records
         self.suffix = uuid.uuid4().hex[:8]

@@ -1,7 +1,7 @@
 """What loglake's containers run besides the `loglake` and `airflow` commands (docker/compose.yaml).
 
   init              check the datasets' schemas against the lake and create the topics that are
-                    missing (as loglake.kafka_admin.ensure_topic does for `loglake up`); a one-shot
+                    missing (as loglake.kafka.admin.ensure_topic does for `loglake up`); a one-shot
                     service that the speed streams and Airflow wait for
   speed DATASET     the dataset's speed stream in the foreground: the container's main process is
                     loglake's supervisor (restarts with backoff, no restart after a permanent
@@ -25,10 +25,10 @@ import urllib.request
 
 
 def init(wait_seconds: float = 300.0) -> int:
-    from loglake.config import load_config
-    from loglake.errors import KafkaUnavailableError
-    from loglake.kafka_admin import ensure_topic
-    from loglake.schemas import check_all
+    from loglake.core.config import load_config
+    from loglake.core.errors import KafkaUnavailableError
+    from loglake.kafka.admin import ensure_topic
+    from loglake.ledger.schemas import check_all
 
     config = load_config()
     check_all(config)
@@ -48,11 +48,11 @@ def init(wait_seconds: float = 300.0) -> int:
 
 
 def speed(dataset: str) -> int:
-    from loglake.config import load_config
-    from loglake.launch import job_env, spark_submit
-    from loglake.processes import supervise
-    from loglake.schemas import check_all
-    from loglake.streams import SpeedStream
+    from loglake.core.config import load_config
+    from loglake.jobs.launch import job_env, spark_submit
+    from loglake.core.processes import supervise
+    from loglake.ledger.schemas import check_all
+    from loglake.speed.streams import SpeedStream
 
     config = load_config()
     check_all(config)

@@ -3,7 +3,7 @@
 ``lake.sql("SELECT ... FROM job_views")`` returns a Spark DataFrame over the serving views
 and the raw tables, by the names ``loglake query`` uses (``job_views``, ``batch.job_views``,
 ``quarantine.job_views``, ...). Each call pins every dataset at its newest consistent
-point (``loglake.snapshots``): a DataFrame keeps reading the versions it was made from,
+point (``loglake.ledger.snapshots``): a DataFrame keeps reading the versions it was made from,
 whatever batch runs, backfills and maintenance do meanwhile, and a new call sees their
 published result — so views stay exact for the whole life of the session. Statements
 that would change a table are refused, as in ``loglake query``.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loglake.config import Config, load_config
-from loglake.errors import ParamError
+from loglake.core.config import Config, load_config
+from loglake.core.errors import ParamError
 
 
 class Lake:
@@ -32,7 +32,7 @@ class Lake:
     def spark(self):
         """The Spark session (started on first use, its JVM output to ``<state>/logs/api.log``)."""
         if self._spark is None:
-            from spark_jobs.session import get_spark
+            from loglake.jobs.session import get_spark
 
             self._spark = get_spark(self.config, "loglake-api", {"spark.ui.showConsoleProgress": "false"},
                                     log_file=Path(self.config.home) / "logs" / "api.log")
@@ -41,7 +41,7 @@ class Lake:
     def sql(self, statement: str, as_of: str | None = None):
         """A read-only Spark SQL statement over the serving views and raw tables; a DataFrame.
         ``as_of``: a timestamp (everything, consistent) or a Delta version (raw tables)."""
-        from spark_jobs.serving import query
+        from loglake.serving.spark import query
 
         return query(self.spark, self.config, statement, as_of)
 
@@ -51,7 +51,7 @@ class Lake:
 
     def tables(self) -> list[str]:
         """The names ``sql`` and ``arrow`` know: each dataset's tables and serving view."""
-        from loglake.tables import dataset_tables
+        from loglake.ledger.tables import dataset_tables
 
         return sorted([ds.name for ds in self.config.datasets.values()]
                       + [t.name for ds in self.config.datasets.values() for t in dataset_tables(self.config, ds)])
@@ -59,7 +59,7 @@ class Lake:
     def arrow(self, name: str):
         """A raw table or a dataset's serving view as a ``pyarrow.Table``, read with delta-rs
         (no JVM) at one pinned point."""
-        from loglake.arrow_views import read
+        from loglake.serving.arrow import read
 
         if name not in self.tables():
             raise ParamError("name", f"unknown table or view {name!r}; known: {', '.join(self.tables())}")
@@ -87,8 +87,8 @@ def connect(conf_dir: str | Path | None = None, profile: str | None = None, *, h
     """Connect to loglake's tables: the configuration as the CLI finds it (``$LOGLAKE_CONF``
     or ``conf/``, ``$LOGLAKE_PROFILE``, ``$LOGLAKE_HOME``), each overridable; ``spark``: an
     existing session to use instead of starting one. A schema change the tables cannot
-    take is refused here too (``loglake.schemas``)."""
-    from loglake.schemas import check_all
+    take is refused here too (``loglake.ledger.schemas``)."""
+    from loglake.ledger.schemas import check_all
 
     config = load_config(conf_dir, profile, home=home)
     check_all(config)

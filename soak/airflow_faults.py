@@ -44,7 +44,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
       its own) with its spark-submit JVM and the job's Python driver under it — because the
       task heartbeats to and reports its end through the api-server's Execution API, not the
       scheduler. So the task finishes, its state is recorded, and the Spark job's lease
-      (``loglake.locks``) is released as usual. The idle workers block for ever on the dead
+      (``loglake.ledger.leases``) is released as usual. The idle workers block for ever on the dead
       scheduler's task queue, and the log server keeps the worker log port.
     - The restarted scheduler adopts nothing (a LocalExecutor cannot adopt tasks). At start
       and every ``orphaned_tasks_check_interval`` it resets the task instances queued by a
@@ -75,11 +75,11 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
     """
     import psutil
 
-    from loglake.airflow_client import AirflowClient
-    from loglake.airflow_embedded import EmbeddedAirflow
-    from loglake.kafka_admin import end_offsets
-    from loglake.processes import alive, descendants, free_port, wait_for
-    from loglake.produce import produce
+    from loglake.local.airflow_client import AirflowClient
+    from loglake.local.airflow_standalone import EmbeddedAirflow
+    from loglake.kafka.admin import end_offsets
+    from loglake.core.processes import alive, descendants, free_port, wait_for
+    from loglake.local.produce import produce
 
     started = time.monotonic()
     config = lab.config()
@@ -202,9 +202,9 @@ def check_backfill(config, ds, requested, ends: dict[int, int], run_id: str, out
     """The ledger has each requested range once as written and once as published by
     ``run_id`` (and nothing else); batch ∪ quarantine(_layer='batch') holds each requested
     offset exactly once and no other: misses and strays count as lost, repeats as duplicated."""
-    from loglake.coverage import check_exactly_once
-    from loglake.ledger import ledger_rows
-    from loglake.tables import open_table, query
+    from loglake.ops.coverage import check_exactly_once
+    from loglake.ledger.ranges import ledger_rows
+    from loglake.ledger.tables import open_table, query
 
     rows = ledger_rows(config, ds)
     for state in ("written", "published"):

@@ -6,7 +6,7 @@ the supervised background speed stream runs; ``loglake maintain job_views`` star
 each a separate process as an operator's cron or Airflow would start it (one run of a kind
 at a time: a tick that finds the previous run still going is skipped, no catch-up); and a
 reader in this process queries the serving view continuously (``query_pause`` seconds
-between queries) through the public path (``spark_jobs.serving.query``: every query
+between queries) through the public path (``loglake.serving.spark.query``: every query
 registers the views anew, pinned at one snapshot). Runs start within the window; the producer and the reader go on until the last
 of them ended, so every run meets a stream that is writing.
 
@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loglake.kafka_admin import end_offsets
+from loglake.kafka.admin import end_offsets
 from soak.scenarios import Lab, Outcome, caught_up
 
 def writer_wait_seconds() -> float:
-    """How long a run may wait for the dataset's writer lease (``loglake.locks``)."""
-    from loglake.locks import DEFAULT_WAIT_SECONDS
+    """How long a run may wait for the dataset's writer lease (``loglake.ledger.leases``)."""
+    from loglake.ledger.leases import DEFAULT_WAIT_SECONDS
 
     return float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
 
@@ -128,7 +128,7 @@ def check_snapshot(rows: list[dict], earliest: dict[int, int], previous: dict[in
 
 def _jvm(supervisor: int | None) -> dict[int, float]:
     """The stream's Spark driver JVM(s) under its supervisor: pid → creation time."""
-    from loglake.processes import command_line, descendants
+    from loglake.core.processes import command_line, descendants
 
     if not supervisor:
         return {}
@@ -137,14 +137,14 @@ def _jvm(supervisor: int | None) -> dict[int, float]:
 
 
 def _active_files(path: str, version: int) -> int:
-    from loglake.tables import open_table
+    from loglake.ledger.tables import open_table
 
     table = open_table(path, version)
     return 0 if table is None else len(table.file_uris())
 
 
 def _version(path: str) -> int | None:
-    from loglake.tables import open_table
+    from loglake.ledger.tables import open_table
 
     table = open_table(path)
     return None if table is None else table.version()
@@ -154,7 +154,7 @@ def optimize_drops(path: str, after: int, upto: int | None) -> list[tuple[int, i
     """``(version, files before, files after)`` of each OPTIMIZE commit of the table in
     ``(after, upto]``, the active files counted from the Delta log at the version before it
     and at it."""
-    from loglake.tables import open_table
+    from loglake.ledger.tables import open_table
 
     table = open_table(path)
     if table is None or upto is None:
@@ -170,11 +170,11 @@ def optimize_drops(path: str, after: int, upto: int | None) -> list[tuple[int, i
 def served_exactly_once(config, ds, ends: dict[int, int]) -> tuple[int, int, list[str]]:
     """(lost, duplicated, descriptions) of the served side of each layer against the log
     ``[0, end)``: batch rows and batch quarantine below W_p, speed rows and speed
-    quarantine at or above it, at one snapshot (``loglake.snapshots.pin``), read with delta-rs."""
-    from loglake.coverage import check_exactly_once
-    from loglake.kafka_admin import log_bounds
-    from loglake.snapshots import pin
-    from loglake.tables import open_table, query
+    quarantine at or above it, at one snapshot (``loglake.ledger.snapshots.pin``), read with delta-rs."""
+    from loglake.ops.coverage import check_exactly_once
+    from loglake.kafka.admin import log_bounds
+    from loglake.ledger.snapshots import pin
+    from loglake.ledger.tables import open_table, query
 
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     snap = pin(config, ds)
@@ -214,12 +214,12 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
     the serving view continuously (``query_pause`` seconds between two queries: 0, or a
     little at CI scale, where four JVMs share two cores); see the module's docstring for
     what must hold."""
-    from loglake.audit import audit_dataset
-    from loglake.kafka_admin import ensure_topic, log_bounds
-    from loglake.processes import alive, descendants, terminate, wait_for
-    from loglake.produce import produce
-    from loglake.streams import SpeedStream
-    from spark_jobs.serving import query
+    from loglake.ops.audit import audit_dataset
+    from loglake.kafka.admin import ensure_topic, log_bounds
+    from loglake.core.processes import alive, descendants, terminate, wait_for
+    from loglake.local.produce import produce
+    from loglake.speed.streams import SpeedStream
+    from loglake.serving.spark import query
 
     started = time.monotonic()
     spark = lab.spark
@@ -403,7 +403,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
         if restarted:
             out.notes.append(f"the supervisor restarted the stream: {restarted[:3]}")
         held = [float(m.group(1)) for m in re.finditer(r"held its appends ([0-9.]+)s", log_text)]
-        if held:  # while a DELETE or replaceWhere of a writer ran (loglake.locks.appends_paused)
+        if held:  # while a DELETE or replaceWhere of a writer ran (loglake.ledger.leases.appends_paused)
             out.info.append(f"the stream held its appends {len(held)} time(s) for a writer: {sum(held):.1f}s in all, "
                             f"{max(held):.1f}s at most")
         if started_mark is not None and marker.exists() and marker.stat().st_mtime != started_mark:

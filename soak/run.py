@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(wanted) - set(SCENARIOS)
     if unknown:
         ap.error(f"--only: unknown scenario(s) {sorted(unknown)}; expected some of {', '.join(SCENARIOS)}")
-    from loglake.embedded_kafka import EmbeddedKafka
+    from loglake.local.broker import EmbeddedKafka
     from soak import scenarios
 
     path = Path(args.out) / f"{dt.date.today().isoformat()}{'-small' if args.small else ''}.json"

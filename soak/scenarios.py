@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loglake.kafka_admin import end_offsets
+from loglake.kafka.admin import end_offsets
 
 
 @dataclass
@@ -68,8 +68,8 @@ class Lab:
         self._n = 0
 
     def config(self, bootstrap: str | None = None, **conf_kwargs):
-        from loglake.config import load_config
-        from loglake.sandbox import write_conf
+        from loglake.core.config import load_config
+        from loglake.testing import write_conf
 
         self._n += 1
         base = self.root / f"lab-{self._n}"
@@ -79,7 +79,7 @@ class Lab:
     @property
     def spark(self):
         if self._spark is None:
-            from spark_jobs.session import get_spark
+            from loglake.jobs.session import get_spark
 
             config = self.config()
             self._spark = get_spark(config, "loglake-soak", log_file=self.root / "spark-session.log")
@@ -87,8 +87,8 @@ class Lab:
 
     def own_broker(self, heap: str = "512m"):
         """A new embedded broker on free ports (not started); the caller stops it."""
-        from loglake.embedded_kafka import EmbeddedKafka
-        from loglake.processes import free_port
+        from loglake.local.broker import EmbeddedKafka
+        from loglake.core.processes import free_port
 
         self._n += 1
         return EmbeddedKafka(self.root / f"kafka-{self._n}", port=free_port(), heap=heap)
@@ -96,7 +96,7 @@ class Lab:
 
 def _landed(config, ds) -> np.ndarray:
     """(partition, offset) of every row the speed layer landed (speed ∪ its quarantine), with repeats."""
-    from loglake.tables import open_table, query
+    from loglake.ledger.tables import open_table, query
 
     out = []
     for layer, where in (("speed", ""), ("quarantine", " WHERE \"_layer\" = 'speed'")):
@@ -108,7 +108,7 @@ def _landed(config, ds) -> np.ndarray:
 
 def count_exactly_once(config, ds, ends: dict[int, int]) -> tuple[int, int]:
     """(lost, duplicated) offsets of the speed layer against the log ``[0, end)`` per partition."""
-    from loglake.coverage import check_exactly_once
+    from loglake.ops.coverage import check_exactly_once
 
     rows = _landed(config, ds)
     lost = dup = 0
@@ -123,10 +123,10 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
                 rate: float | None = None) -> Outcome:
     """R1: SIGKILL the speed job ``kills`` times at random moments while ``records`` arrive
     over 6 partitions; then every offset must be in speed ∪ quarantine exactly once."""
-    from loglake.kafka_admin import group_offsets
-    from loglake.processes import descendants, wait_for
-    from loglake.produce import produce
-    from loglake.streams import SpeedStream
+    from loglake.kafka.admin import group_offsets
+    from loglake.core.processes import descendants, wait_for
+    from loglake.local.produce import produce
+    from loglake.speed.streams import SpeedStream
 
     started = time.monotonic()
     config = lab.config(speed={"trigger_interval": "1 second"})
@@ -181,7 +181,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
 
 def caught_up(config, ds, ends: dict[int, int]) -> bool:
     """The stream's committed position has reached ``ends`` in every partition."""
-    from loglake.kafka_admin import group_offsets
+    from loglake.kafka.admin import group_offsets
 
     now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
     return all((now.get(p) or 0) >= e for p, e in ends.items())
@@ -194,10 +194,10 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
     speed stream runs. Every record the producer saw acknowledged must land exactly once in
     speed ∪ quarantine; recovery is from the broker answering again until the speed layer
     has committed everything the log held at that moment, by itself (its supervisor)."""
-    from loglake.kafka_admin import ensure_topic
-    from loglake.processes import wait_for
-    from loglake.produce import produce
-    from loglake.streams import SpeedStream
+    from loglake.kafka.admin import ensure_topic
+    from loglake.core.processes import wait_for
+    from loglake.local.produce import produce
+    from loglake.speed.streams import SpeedStream
 
     started = time.monotonic()
     kafka = lab.own_broker()
@@ -264,7 +264,7 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
 
 def _batch_content(config, ds) -> list[tuple]:
     """Every row of the batch table and the batch part of quarantine, in offset order."""
-    from loglake.tables import open_table, query
+    from loglake.ledger.tables import open_table, query
 
     rows = []
     for layer, where in (("batch", "TRUE"), ("quarantine", "\"_layer\" = 'batch'")):
@@ -285,12 +285,12 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     import sys
     from collections import Counter
 
-    from loglake.coverage import check_exactly_once
-    from loglake.ledger import ledger_rows
-    from loglake.offsets import OffsetRange
-    from loglake.planning import Plan
-    from loglake.processes import alive, descendants
-    from loglake.produce import produce
+    from loglake.ops.coverage import check_exactly_once
+    from loglake.ledger.ranges import ledger_rows
+    from loglake.core.offsets import OffsetRange
+    from loglake.ledger.planning import Plan
+    from loglake.core.processes import alive, descendants
+    from loglake.local.produce import produce
     from spark_jobs.pipeline import recompute_and_publish
 
     started = time.monotonic()
@@ -360,7 +360,7 @@ def delete_oldest(config, topic: str, fraction: float) -> dict[int, int]:
     """DeleteRecords below ``fraction`` of each partition, as retention would; the new earliest offsets."""
     from confluent_kafka import TopicPartition
 
-    from loglake.kafka_admin import admin, log_bounds
+    from loglake.kafka.admin import admin, log_bounds
 
     bounds = log_bounds(config, topic)
     cut = [TopicPartition(topic, p, int(hi * fraction)) for p, (_lo, hi) in bounds.items() if hi]
@@ -389,15 +389,15 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
 
     ``lost`` counts offsets missing without a record; recovery seconds: from the
     acceptance until the batch layer (one batch run) and the waiting stream caught up."""
-    from loglake.audit import audit_dataset, format_audit
-    from loglake.errors import DataLossError, ParamError
-    from loglake.ledger import batch_watermarks
-    from loglake.losses import accept_loss, find_losses
-    from loglake.planning import plan_batch
-    from loglake.processes import wait_for
-    from loglake.produce import produce
-    from loglake.status import dataset_status, format_status
-    from loglake.streams import SpeedStream
+    from loglake.ops.audit import audit_dataset, format_audit
+    from loglake.core.errors import DataLossError, ParamError
+    from loglake.ledger.ranges import batch_watermarks
+    from loglake.ledger.losses import accept_loss, find_losses
+    from loglake.ledger.planning import plan_batch
+    from loglake.core.processes import wait_for
+    from loglake.local.produce import produce
+    from loglake.ops.status import dataset_status, format_status
+    from loglake.speed.streams import SpeedStream
     from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.speed import run_speed
 
@@ -444,7 +444,7 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
         expect("WAITING" in stream.state(), f"status of the waiting stream: {stream.state()}")
 
         # Only this dataset stops: the batch DAG's plan plans the others and names this one.
-        from loglake import paths
+        from loglake.core import paths
 
         sys_path = str(paths.REPO_ROOT / "plugins")
         import sys
@@ -558,10 +558,10 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
     reason, and the rest in their table: good + quarantine = log, per offset."""
     from confluent_kafka import Producer
 
-    from loglake.kafka_admin import ensure_topic
-    from loglake.planning import plan_batch
-    from loglake.produce import generate
-    from loglake.tables import open_table, query
+    from loglake.kafka.admin import ensure_topic
+    from loglake.ledger.planning import plan_batch
+    from loglake.local.produce import generate
+    from loglake.ledger.tables import open_table, query
     from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.speed import run_speed
 
@@ -681,9 +681,9 @@ def bad_input(lab: Lab) -> Outcome:
 
     import yaml
 
-    from loglake.config import load_config
-    from loglake.errors import ConfigError
-    from loglake.produce import produce
+    from loglake.core.config import load_config
+    from loglake.core.errors import ConfigError
+    from loglake.local.produce import produce
 
     started = time.monotonic()
     config = lab.config()

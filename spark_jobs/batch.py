@@ -21,18 +21,18 @@ import uuid
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loglake.config import Config, Dataset
-from loglake.errors import OffsetError
-from loglake.jobs import JobRequest, Phases
-from loglake.kafka_admin import dataset_bounds
-from loglake.ledger import batch_watermarks
-from loglake.locks import appends_paused
-from loglake.offsets import OffsetRange
-from loglake.planning import Plan
-from loglake.tables import staging_path
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import OffsetError
+from loglake.jobs.protocol import JobRequest, Phases
+from loglake.kafka.admin import dataset_bounds
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.leases import appends_paused
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import Plan
+from loglake.ledger.tables import staging_path
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
-from spark_jobs.predicates import range_predicate
+from loglake.core.predicates import range_predicate
 from spark_jobs.system_tables import append_ledger
 
 
@@ -120,7 +120,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_
     else:
         batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     # The live quarantine table is appended to by the speed stream: a commit that must read it
-    # first pauses the stream's appends (loglake.locks.appends_paused); a staged one is ours alone.
+    # first pauses the stream's appends (loglake.ledger.leases.appends_paused); a staged one is ours alone.
     pause = None if staged else (lambda: appends_paused(config, ds.name, f"batch {run_id}: {ds.tables.quarantine}"))
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.

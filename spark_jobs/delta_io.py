@@ -6,7 +6,7 @@ the micro-batch id makes a replayed batch (after a crash) a no-op. Delta 4.0 ans
 check by reconstructing the table's state (a Spark job) at every such commit: ~280 ms of a
 60-row append's 450 ms here. So a stream asks for it only where a replay can happen (its
 query's first micro-batch); its other commits name (appId, version) in their
-``userMetadata`` (``loglake.snapshots.stream_commits`` reads them back).
+``userMetadata`` (``loglake.ledger.snapshots.stream_commits`` reads them back).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable, ContextManager, Sequence, TypeVar
 # The translation of Delta's JVM conflict exceptions into these Python types is installed by
 # importing ``delta.exceptions.captured`` (delta-spark 4.0 no longer does it when
 # ``delta.exceptions`` is imported); without it a conflict arrives as a plain Py4JJavaError,
-# which ``retry_conflicts`` would not retry and ``loglake.errors`` would not call transient.
+# which ``retry_conflicts`` would not retry and ``loglake.core.errors`` would not call transient.
 import delta.exceptions.captured  # noqa: F401  (installs the translation)
 from delta.exceptions import (
     ConcurrentAppendException,
@@ -34,7 +34,7 @@ from delta.exceptions import (
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
-from loglake.retrying import attempts_made
+from loglake.core.retrying import attempts_made
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -53,7 +53,7 @@ def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATT
     """Run ``fn`` again after a Delta commit conflict, with exponential backoff; bounded.
 
     Returns ``(fn's result, attempts made)``. After ``attempts`` conflicts the last one
-    is raised (transient, ``loglake.errors.is_transient``: a task-level retry may still
+    is raised (transient, ``loglake.core.errors.is_transient``: a task-level retry may still
     succeed later); any other error at once. ``what`` names the operation in the log lines.
     """
     def say(attempt: int, error: BaseException, delay: float) -> None:
@@ -90,14 +90,14 @@ def committed_version(path: str, app_id: str) -> int | None:
     """The newest version that ``app_id`` committed to the table at ``path`` (None if none, or
     no table yet): its commits' metadata or its SetTransaction, read from the Delta log (all of
     it, if need be) without a Spark job."""
-    from loglake.snapshots import stream_batch
+    from loglake.ledger.snapshots import stream_batch
 
     return stream_batch(path, app_id)
 
 
 def stream_metadata(app_id: str, version: int, metadata: dict | None = None) -> dict:
     """A stream commit's ``userMetadata``: ``metadata`` and which (app id, version) it is."""
-    from loglake.snapshots import BATCH_KEY, STREAM_KEY
+    from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY
 
     return {**(metadata or {}), STREAM_KEY: app_id, BATCH_KEY: version}
 
@@ -118,8 +118,8 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     an append landed while it ran, whatever rows either touched. Hence: when the table holds
     no matching row (a range recomputed for the first time, the common case) a plain append
     does the same, and a blind append never conflicts with another; otherwise the overwrite
-    runs inside ``pause`` (``loglake.locks.appends_paused``: the stream holds its appends),
-    retried on conflicts. Only the single writer of the dataset (``loglake.locks``) writes
+    runs inside ``pause`` (``loglake.ledger.leases.appends_paused``: the stream holds its appends),
+    retried on conflicts. Only the single writer of the dataset (``loglake.ledger.leases``) writes
     rows matching ``predicate``, so none can appear between the check and the append.
     ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
@@ -153,8 +153,8 @@ def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str],
     """Add the ``columns`` (name → Spark SQL type) the Delta table at ``path`` lacks, as
     nullable columns (``ALTER TABLE ... ADD COLUMNS``): rows written before read them as
     null. A column it has already is left as it is (a type that differs is refused earlier,
-    at config load: ``loglake.schemas``). Returns the columns added; no table: none."""
-    from loglake.tables import open_table
+    at config load: ``loglake.ledger.schemas``). Returns the columns added; no table: none."""
+    from loglake.ledger.tables import open_table
 
     table = open_table(path)
     if table is None:
@@ -189,9 +189,9 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     ``checked``: Delta checks that against the table's SetTransaction and records it (the
     state reconstruction above); not checked: the caller knows it did not land (a stream's
     micro-batch after its query's first: Spark runs each once, in order, and one query runs
-    per checkpoint, ``loglake.locks.stream_lease``). Either way the commit's ``userMetadata``
+    per checkpoint, ``loglake.ledger.leases.stream_lease``). Either way the commit's ``userMetadata``
     (JSON) names (app_id, version) beside ``metadata`` (e.g. the schema version).
-    ``mergeSchema``: a column the dataset's schema added since (``loglake.schemas``: only
+    ``mergeSchema``: a column the dataset's schema added since (``loglake.ledger.schemas``: only
     additive changes get this far) is added to the table; older rows read it as null.
     ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
@@ -264,7 +264,7 @@ def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
 
     Offsets order changes only within a partition: a key's newest change in each partition
     is its highest offset there. A key's changes live in one partition (the producer hashes
-    the key; a changed partition count is refused, ``loglake.kafka_admin.check_partitions``);
+    the key; a changed partition count is refused, ``loglake.kafka.admin.check_partitions``);
     should a custom partitioner still spread one key over several, the newest of those is
     the one with the newest Kafka timestamp (then the higher partition), never a
     comparison of offsets of different partitions.

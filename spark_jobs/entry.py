@@ -1,4 +1,4 @@
-"""The entry point every Spark job shares: the job protocol (``loglake.jobs``) on the job's side.
+"""The entry point every Spark job shares: the job protocol (``loglake.jobs.protocol``) on the job's side.
 
 ``run(job, argv, body)`` parses the ``JobRequest``, loads the configuration (from the
 environment spark-submit was given: LOGLAKE_CONF, LOGLAKE_HOME, LOGLAKE_PROFILE), starts
@@ -16,13 +16,13 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Callable
 
-from loglake.config import Config, Dataset, load_config
-from loglake.errors import ConfigError, KafkaAuthenticationError, LoglakeError
-from loglake.jobs import JobRequest, failure, report, summary_file_of
-from loglake.locks import writer
-from loglake.schemas import check as check_schema
+from loglake.core.config import Config, Dataset, load_config
+from loglake.core.errors import ConfigError, KafkaAuthenticationError, LoglakeError
+from loglake.jobs.protocol import JobRequest, failure, report, summary_file_of
+from loglake.ledger.leases import writer
+from loglake.ledger.schemas import check as check_schema
 
-# The jobs that write a dataset's batch-side tables take turns (``loglake.locks``); the speed
+# The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
 # stream appends beside them.
 WRITERS = ("batch", "quality", "maintenance", "rebuild", "replay")
 
@@ -80,7 +80,7 @@ def own_session(config: Config, name: str):
 
     import psutil
 
-    from spark_jobs.session import get_spark
+    from loglake.jobs.session import get_spark
 
     try:
         since = psutil.Process(os.getppid()).create_time() if os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT") else None
@@ -103,7 +103,7 @@ def known_jvm_error(error: BaseException) -> LoglakeError | None:
     """
     text = str(error)
     # The Java client refused by the broker (credentials or TLS; the stream's password changed
-    # under it): permanent, like the confluent-kafka clients' refusal (loglake.kafka_admin).
+    # under it): permanent, like the confluent-kafka clients' refusal (loglake.kafka.admin).
     for marker in ("org.apache.kafka.common.errors.SaslAuthenticationException",
                    "org.apache.kafka.common.errors.SslAuthenticationException"):
         if marker in text:

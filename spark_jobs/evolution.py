@@ -3,7 +3,7 @@
 Every writer of a dataset's typed tables (the speed stream at its start, the batch job,
 quarantine replay) calls ``prepare`` first. It refuses a breaking change (checked again
 here: the job may run long after the CLI loaded the conf), records the conf's schema as a
-new version when it is a form not recorded yet (``loglake.schemas``), and adds the fields
+new version when it is a form not recorded yet (``loglake.ledger.schemas``), and adds the fields
 the conf gained to the writer's own tables as nullable columns, so that every table has
 them from then on and older rows read them as null. The version returned is recorded with
 what the writer writes (ledger ranges, speed commits' ``userMetadata``).
@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
 
-from loglake.config import Config, Dataset
-from loglake.contracts import FIELD_TYPES, SCHEMAS
-from loglake.errors import ConfigError
-from loglake.schemas import current_version, new_version_row
+from loglake.core.config import Config, Dataset
+from loglake.core.contracts import FIELD_TYPES, SCHEMAS
+from loglake.core.errors import ConfigError
+from loglake.ledger.schemas import current_version, new_version_row
 from spark_jobs.delta_io import add_missing_columns
 from spark_jobs.system_tables import append
 

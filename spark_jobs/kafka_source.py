@@ -6,10 +6,10 @@ import json
 
 from pyspark.sql import DataFrame, SparkSession
 
-from loglake.config import Config
-from loglake.kafka_admin import log_bounds
-from loglake.offsets import OffsetRange
-from loglake.planning import validate_ranges
+from loglake.core.config import Config
+from loglake.kafka.admin import log_bounds
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import validate_ranges
 
 
 def source_options(config: Config, topic: str) -> dict[str, str]:

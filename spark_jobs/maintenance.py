@@ -8,7 +8,7 @@ command) or in-process (``run_maintenance``). For each of the dataset's tables t
    rows below the batch watermark W_p, and the speed layer's quarantine rows there
    (the batch layer's own quarantine rows cover those offsets now). The serving view
    never reads speed rows below W_p, so it returns the same rows before and after. The
-   stream holds its appends while the DELETE runs (``loglake.locks.appends_paused``):
+   stream holds its appends while the DELETE runs (``loglake.ledger.leases.appends_paused``):
    any append landing meanwhile would fail it.
 2. **optimize**: bin-packing compaction, or Z-order by ``maintenance.zorder_by`` on the
    tables that have those columns.
@@ -16,7 +16,7 @@ command) or in-process (``run_maintenance``). For each of the dataset's tables t
    lowers it explicitly, which is logged loudly).
 
 Each operation retries Delta commit conflicts with backoff (the stream appends and
-MERGEs meanwhile) and is recorded in ``_maintenance_log`` (see ``loglake.results``).
+MERGEs meanwhile) and is recorded in ``_maintenance_log`` (see ``loglake.ledger.results``).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from loglake.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
-from loglake.contracts import MAINTENANCE_LOG
-from loglake.jobs import JobRequest
-from loglake.ledger import batch_watermarks
-from loglake.locks import appends_paused
-from loglake.maintenance import EXPIRED_LAYERS
-from loglake.tables import Snapshot, TableRef, dataset_tables, snapshot
+from loglake.core.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
+from loglake.core.contracts import MAINTENANCE_LOG
+from loglake.jobs.protocol import JobRequest
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.leases import appends_paused
+from loglake.maintenance.runs import EXPIRED_LAYERS
+from loglake.ledger.tables import Snapshot, TableRef, dataset_tables, snapshot
 from spark_jobs import delta_io, entry
-from spark_jobs.predicates import below_watermark
+from loglake.core.predicates import below_watermark
 from spark_jobs.system_tables import append, append_ledger, serving_versions
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
@@ -161,7 +161,7 @@ def vacuum(spark: SparkSession, config: Config, t: TableRef, policy: Maintenance
 
 
 def record(spark: SparkSession, config: Config, ds: Dataset, rows: list[dict], run_id: str) -> None:
-    """Append the run's rows to ``_maintenance_log`` (``loglake.contracts.MAINTENANCE_LOG``)."""
+    """Append the run's rows to ``_maintenance_log`` (``loglake.core.contracts.MAINTENANCE_LOG``)."""
     append(spark, config, MAINTENANCE_LOG, [{**r, "dataset": ds.name, "run_id": run_id} for r in rows])
 
 
@@ -172,7 +172,7 @@ def _maintain(spark: SparkSession, config: Config, ds: Dataset, t: TableRef, mar
     rows = []
     if policy.expire_speed and t.layer in EXPIRED_LAYERS:
         # A DELETE on a table the stream appends to: the stream holds its appends meanwhile
-        # (loglake.locks: any append landing during the DELETE would fail it).
+        # (loglake.ledger.leases: any append landing during the DELETE would fail it).
         with appends_paused(config, ds.name, f"maintenance {run_id}: expire {t.name}") if marks else nullcontext():
             rows.append(expire(spark, t, marks))
     rows.append(optimize(spark, t, policy.zorder_by))

@@ -16,9 +16,9 @@ from typing import Sequence
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from loglake import contracts
-from loglake.config import Dataset, FieldSpec
-from loglake.offsets import OffsetRange
+from loglake.core import contracts
+from loglake.core.config import Dataset, FieldSpec
+from loglake.core.offsets import OffsetRange
 
 PROVENANCE = contracts.PROVENANCE.names
 
@@ -162,7 +162,7 @@ def validate(raw: DataFrame, ds: Dataset, *, fast_path: bool = True) -> DataFram
     exact rules reject, so the outcome is the exact rules' for every record
     (``fast_path=False`` skips it: the tests compare both). Duplicate keys in an object:
     the last one wins on both paths (``spark.sql.variant.allowDuplicateKeys``, set by
-    ``spark_jobs.session``).
+    ``loglake.jobs.session``).
     """
     base, checked, final = _projections(ds, fast_path)
     return raw.select(*base).select(*checked).select(*final)
@@ -289,8 +289,8 @@ def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFra
     finish in time: the Spark pass then decides, as before."""
     from datetime import datetime, timedelta, timezone
 
-    from loglake.errors import KafkaUnavailableError
-    from loglake.kafka_admin import read_records
+    from loglake.core.errors import KafkaUnavailableError
+    from loglake.kafka.admin import read_records
 
     wanted = _offset_pairs(offsets)
     span = sum(max(offs) - min(offs) + 1 for offs in wanted.values())
@@ -323,13 +323,13 @@ def only_offsets(raw: DataFrame, offsets: str) -> DataFrame:
 
 
 def valid_rows(validated: DataFrame, ds: Dataset) -> DataFrame:
-    """The rows that passed, as the transform sees them (``loglake.contracts.valid_rows``):
+    """The rows that passed, as the transform sees them (``loglake.core.contracts.valid_rows``):
     fields, ``_deleted`` for a changelog, then provenance."""
     return validated.where(F.col("_reason").isNull()).select(*contracts.valid_rows(ds).names)
 
 
 def quarantine_rows(validated: DataFrame, layer: str) -> DataFrame:
-    """The rows that failed, with raw bytes, reason and provenance (``loglake.contracts.QUARANTINE``)."""
+    """The rows that failed, with raw bytes, reason and provenance (``loglake.core.contracts.QUARANTINE``)."""
     made = {"_layer": F.lit(layer).alias("_layer"), "reason_code": F.col("_reason.code").alias("reason_code"),
             "reason": F.col("_reason.message").alias("reason")}
     return validated.where(F.col("_reason").isNotNull()).select(

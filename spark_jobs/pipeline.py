@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from loglake.config import Config, Dataset
-from loglake.planning import Plan
+from loglake.core.config import Config, Dataset
+from loglake.ledger.planning import Plan
 from spark_jobs.batch import run_batch
 from spark_jobs.quality import run_quality
 

@@ -25,17 +25,17 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loglake.config import Config, Dataset, Expectation
-from loglake.contracts import QUALITY_RESULTS
-from loglake.errors import ConfigError, ForeignCommitError, OffsetError, QualityGateError
-from loglake.jobs import JobRequest, Phases
-from loglake.ledger import ledger_path
-from loglake.locks import appends_paused
-from loglake.planning import Plan
-from loglake.tables import staging_path, staging_root
+from loglake.core.config import Config, Dataset, Expectation
+from loglake.core.contracts import QUALITY_RESULTS
+from loglake.core.errors import ConfigError, ForeignCommitError, OffsetError, QualityGateError
+from loglake.jobs.protocol import JobRequest, Phases
+from loglake.ledger.ranges import ledger_path
+from loglake.ledger.leases import appends_paused
+from loglake.ledger.planning import Plan
+from loglake.ledger.tables import staging_path, staging_root
 from spark_jobs import delta_io, entry
 from spark_jobs.delta_io import table_exists
-from spark_jobs.predicates import range_predicate
+from loglake.core.predicates import range_predicate
 from spark_jobs.system_tables import append, append_ledger, serving_versions
 
 SAMPLE = 10  # offsets shown per failed expectation
@@ -202,13 +202,13 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
 def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: str) -> None:
     """Replace the served rows with the validated ones written aside: one Delta commit per
     table (batch, then quarantine). Readers serve the batch table at the version the publish
-    records next (``loglake.snapshots``), so they switch from the old rows to the new at once."""
+    records next (``loglake.ledger.snapshots``), so they switch from the old rows to the new at once."""
     staged = {layer: spark.read.format("delta").load(staging_path(config, ds, run_id, layer))
               for layer in ("batch", "quarantine")}
     batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     if ds.kind == "changelog":
         # mergeSchema, never overwriteSchema: a column is never dropped from a served table
-        # (a field's removal is refused at config load, loglake.schemas).
+        # (a field's removal is refused at config load, loglake.ledger.schemas).
         delta_io.to_delta(staged["batch"], "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
     else:

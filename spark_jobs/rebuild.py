@@ -2,7 +2,7 @@
 
 The damaged table is set aside first (renamed to ``<path>.before-rebuild-<time>``, kept
 for inspection: a table whose files are gone cannot even be overwritten), then made
-again from Kafka through the same code that made it (``loglake.rebuild`` says which
+again from Kafka through the same code that made it (``loglake.lifecycle.rebuilds`` says which
 offsets and refuses, before anything moves, when the log no longer holds them):
 
 - batch: one recompute of every published range through the quality gate (the
@@ -24,10 +24,10 @@ import time
 
 from pyspark.sql import SparkSession
 
-from loglake.config import Config, Dataset
-from loglake.jobs import JobRequest
-from loglake.rebuild import batch_plan, check_layer, from_watermark
-from loglake.snapshots import pin
+from loglake.core.config import Config, Dataset
+from loglake.jobs.protocol import JobRequest
+from loglake.lifecycle.rebuilds import batch_plan, check_layer, from_watermark
+from loglake.ledger.snapshots import pin
 from spark_jobs import delta_io, entry, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
 

@@ -2,7 +2,7 @@
 
 A record is quarantined under the rules in force when its layer validated it. After a rule
 was loosened (an enum value added, a wider min/max, a field made optional: the additive
-schema changes of ``loglake.schemas``) some quarantined records are valid now. A replay
+schema changes of ``loglake.ledger.schemas``) some quarantined records are valid now. A replay
 re-validates each layer's quarantine under the current config, through the same
 parse/validate/transform code, and moves the records now valid into their layer:
 
@@ -33,11 +33,11 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loglake.config import Config, Dataset
-from loglake.jobs import JobRequest
-from loglake.locks import appends_paused
-from loglake.offsets import OffsetRange
-from loglake.planning import Plan, plan_batch
+from loglake.core.config import Config, Dataset
+from loglake.jobs.protocol import JobRequest
+from loglake.ledger.leases import appends_paused
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import Plan, plan_batch
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import check_retained
 
@@ -123,7 +123,7 @@ def _correct_latest(spark: SparkSession, config: Config, ds: Dataset, moved: Dat
     whose key a later tombstone deleted does not bring it back."""
     from delta.tables import DeltaTable
 
-    from spark_jobs.serving import serving_view
+    from loglake.serving.spark import serving_view
 
     path, key = config.table_path(ds, "latest"), ds.key
     keys = moved.select(key).distinct()

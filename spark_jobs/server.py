@@ -1,14 +1,14 @@
 """The shared Spark application: one long-lived driver that runs loglake's batch-side jobs
 on request, so a DAG task or a CLI command costs its work, not a JVM and a Spark session.
 
-``loglake up`` starts it (``loglake.jobserver``) under spark-submit, with the profile's
+``loglake up`` starts it (``loglake.jobs.shared_app``) under spark-submit, with the profile's
 master, jars and settings, like any job. It listens on a loopback port and writes its
 address and a secret token to ``<state>/run/spark-jobs.json`` (mode 0600); a client
-(``loglake.jobserver.submit``) connects, sends one JSON request line — the token, the
-job, its arguments (``loglake.jobs.JobRequest.argv``), which configuration, state and
+(``loglake.jobs.shared_app.submit``) connects, sends one JSON request line — the token, the
+job, its arguments (``loglake.jobs.protocol.JobRequest.argv``), which configuration, state and
 code it was built for, and the dataset lease it runs under if its caller holds one —
 and reads back JSON lines: the job's own output lines (``{"line": ...}``), then one
-``{"summary": ..., "code": ...}`` (the summary of ``loglake.jobs``, as a spark-submitted
+``{"summary": ..., "code": ...}`` (the summary of ``loglake.jobs.protocol``, as a spark-submitted
 job writes it). A request for other settings or other code is refused (``{"refused":
 reason}``): the client then runs the job under spark-submit, as without the server.
 
@@ -17,7 +17,7 @@ Each job runs in a thread of its own with a Spark session of its own
 the SparkContext, the JVM and Delta's caches are shared) and a job group, cancelled when
 the client goes away (an Airflow task killed or timed out). Jobs of different datasets run
 side by side up to ``LOGLAKE_SPARK_JOBS_CONCURRENCY`` (2); each dataset's writers still
-take turns through the dataset's lease (``loglake.locks``), and quality gates one at a
+take turns through the dataset's lease (``loglake.ledger.leases``), and quality gates one at a
 time (Great Expectations keeps its project in files). SIGTERM stops it: running jobs are
 cancelled (their clients see a transient failure and retry), the session is stopped.
 """
@@ -39,13 +39,13 @@ import time
 import traceback
 from contextlib import contextmanager
 
-from loglake.config import Config, load_config
-from loglake.errors import LoglakeError, ParamError
-from loglake.jobs import failure
-from loglake import jobserver
-from loglake.jobserver import address_file, identity
+from loglake.core.config import Config, load_config
+from loglake.core.errors import LoglakeError, ParamError
+from loglake.jobs.protocol import failure
+from loglake.jobs import shared_app
+from loglake.jobs.shared_app import address_file, identity
 
-SERVED = {job: f"spark_jobs.{job}" for job in jobserver.SERVED}
+SERVED = {job: f"spark_jobs.{job}" for job in shared_app.SERVED}
 
 
 class _ThreadOutput(io.TextIOBase):
@@ -144,7 +144,7 @@ class Server:
                           ("code", "code (loglake/, spark_jobs/ changed since it started)")):
             if request.get(key) != self.identity[key]:
                 return f"it runs for another {what}: {self.identity[key]!r}, not {request.get(key)!r}"
-        from loglake.launch import spark_conf
+        from loglake.jobs.launch import spark_conf
 
         try:
             now = spark_conf(load_config())
@@ -228,8 +228,8 @@ def _closed(conn: socket.socket) -> bool:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    from loglake.launch import spark_conf
-    from spark_jobs.session import get_spark
+    from loglake.jobs.launch import spark_conf
+    from loglake.jobs.session import get_spark
 
     config = load_config()
     concurrency = int(os.environ.get("LOGLAKE_SPARK_JOBS_CONCURRENCY", "2"))

@@ -20,15 +20,15 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from loglake.config import Config, Dataset
-from loglake.jobs import JobRequest
-from loglake.errors import DataLossError
-from loglake.kafka_admin import PositionCommitter, check_partitions, list_topics, log_bounds
-from loglake.ledger import batch_watermarks
-from loglake.locks import stream_lease, wait_while_paused
-from loglake.offsets import parse_spark_offsets, spark_offsets_json
-from loglake.snapshots import speed_txn_app
-from loglake.tables import landed_positions
+from loglake.core.config import Config, Dataset
+from loglake.jobs.protocol import JobRequest
+from loglake.core.errors import DataLossError
+from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.leases import stream_lease, wait_while_paused
+from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
+from loglake.ledger.snapshots import speed_txn_app
+from loglake.ledger.tables import landed_positions
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import source_options
 
@@ -53,7 +53,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     ``schema_version`` (the version of the dataset's schema it validated under).
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
-    # stream to hold its appends meanwhile (loglake.locks.appends_paused): hold this batch.
+    # stream to hold its appends meanwhile (loglake.ledger.leases.appends_paused): hold this batch.
     waited, request = wait_while_paused(config, ds.name)
     if request is not None:
         print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
@@ -129,7 +129,7 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
     group's record: it follows the checkpoint asynchronously and may be missing or behind.
     """
-    from loglake.ledger import compute_watermarks, ledger_rows
+    from loglake.ledger.ranges import compute_watermarks, ledger_rows
 
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     rows = ledger_rows(config, ds)

@@ -1,8 +1,8 @@
-"""Appends to loglake's own tables from Spark, by their contracts (``loglake.contracts``).
+"""Appends to loglake's own tables from Spark, by their contracts (``loglake.core.contracts``).
 
 The offsets ledger (batch job, quality gate), ``_quality_results`` (quality gate) and
 ``_maintenance_log`` (maintenance) are written here; ``_audit_results`` is written
-without a JVM by ``loglake.audit`` from the same contract.
+without a JVM by ``loglake.ops.audit`` from the same contract.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
 
-from loglake.config import Config
-from loglake.contracts import LEDGER, SystemTable
-from loglake.errors import ForeignCommitError
+from loglake.core.config import Config
+from loglake.core.contracts import LEDGER, SystemTable
+from loglake.core.errors import ForeignCommitError
 from spark_jobs.delta_io import retry_conflicts
 
 
@@ -84,13 +84,13 @@ def serving_versions(config: Config, ds) -> dict:
     (recorded by a publish or a compaction, both under the dataset's single writer).
 
     Served data is validated data: readers are never moved onto a commit loglake did not
-    make (a notebook's or another tool's write, ``loglake.history.foreign_commits``). When
+    make (a notebook's or another tool's write, ``loglake.ledger.history.foreign_commits``). When
     one lies between the versions served now and these, ``ForeignCommitError`` (permanent),
     naming it; readers stay where they are.
     """
-    from loglake.history import unserved_foreign_commits
-    from loglake.ledger import ledger_rows
-    from loglake.tables import open_table
+    from loglake.ledger.history import unserved_foreign_commits
+    from loglake.ledger.ranges import ledger_rows
+    from loglake.ledger.tables import open_table
 
     rows = ledger_rows(config, ds)
     out = {}

@@ -13,15 +13,15 @@ import os
 
 import pytest
 
-from loglake import sandbox
-from loglake.config import Config, load_config
-from loglake.sandbox import write_conf
+from loglake import testing
+from loglake.core.config import Config, load_config
+from loglake.testing import write_conf
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # The Spark JVMs the suite starts (spark-submit, the CLI, Airflow's tasks) are short-lived and
 # their data small: the C1 compiler only (about a quarter less wall time for a small job on this
 # machine, and no C2 threads taking the other worker's core). Benchmarks run the JVM as users do.
-sandbox.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+testing.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def kafka_bootstrap(tmp_path_factory) -> str:
     if external:
         yield external
         return
-    from loglake.embedded_kafka import EmbeddedKafka
+    from loglake.local.broker import EmbeddedKafka
 
     kafka = EmbeddedKafka.on_free_ports(tmp_path_factory.mktemp("kafka-home"), heap="512m")
     try:
@@ -50,7 +50,7 @@ def spark_config(tmp_path_factory) -> Config:
 
 @pytest.fixture(scope="session")
 def spark(spark_config):
-    from spark_jobs.session import get_spark
+    from loglake.jobs.session import get_spark
 
     session = get_spark(spark_config, "loglake-tests")
     yield session

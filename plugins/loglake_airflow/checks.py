@@ -22,9 +22,9 @@ def diff_after_batch(args: list[str]) -> list[dict]:
     A difference is explained (missing in either layer, changed columns with samples),
     not judged: the task succeeds whatever it finds.
     """
-    from loglake.config import load_config
-    from loglake.diff import diff_plan, format_diff
-    from loglake.jobs import JobRequest
+    from loglake.core.config import load_config
+    from loglake.ops.diff import diff_plan, format_diff
+    from loglake.jobs.protocol import JobRequest
 
     request = or_fail(JobRequest.parse, "batch", args)
     config = or_fail(load_config)
@@ -41,9 +41,9 @@ def audit(args: list[str]) -> dict:
     Anything missing, duplicated or unexpected fails the task at once (a retry reads the
     same tables) with the offending offsets; the result is stored in ``_audit_results``.
     """
-    from loglake.audit import audit_dataset, format_audit
-    from loglake.config import load_config
-    from loglake.jobs import JobRequest
+    from loglake.ops.audit import audit_dataset, format_audit
+    from loglake.core.config import load_config
+    from loglake.jobs.protocol import JobRequest
 
     request = or_fail(JobRequest.parse, "maintenance", args)
     config = or_fail(load_config)

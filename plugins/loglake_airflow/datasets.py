@@ -2,7 +2,7 @@
 
 DAG files may not read ``conf/`` when they are parsed, so the dataset names the backfill
 form offers come from the environment: ``LOGLAKE_DATASETS`` (comma-separated), which
-``loglake.airflow_embedded.airflow_env`` sets from ``conf/datasets`` for every Airflow
+``loglake.local.airflow_standalone.airflow_env`` sets from ``conf/datasets`` for every Airflow
 process it starts (``loglake up`` restarts Airflow when that list changes). Tasks use the
 configuration itself at run time, and reject a name it does not know.
 """
@@ -24,7 +24,7 @@ def dataset_names() -> list[str]:
 # The Spark tasks' outlet: which tables a run wrote is known only when it runs (the
 # planned datasets, the chosen dataset), so each task emits events for exactly those
 # tables through this alias instead of declaring every table of every dataset.
-TABLES = AssetAlias("loglake.tables")
+TABLES = AssetAlias("loglake.ledger.tables")
 
 
 def table_asset(table: str) -> Asset:

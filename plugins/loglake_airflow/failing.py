@@ -12,7 +12,7 @@ def or_fail(fn: Callable, *args, **kwargs) -> Any:
     """Call ``fn``; a permanent loglake error (bad input, data loss, ...) fails the task
     without retrying, a transient one (the broker is unavailable, ...) goes up as it is and
     gets the retries the task declares."""
-    from loglake.errors import LoglakeError
+    from loglake.core.errors import LoglakeError
 
     try:
         return fn(*args, **kwargs)

@@ -16,9 +16,9 @@ log = logging.getLogger(__name__)
 
 def maintenance_args(run_id: str) -> list[list[str]]:
     """``spark_jobs/maintenance.py`` arguments for every dataset that has a table."""
-    from loglake.config import load_config
-    from loglake.maintenance import datasets_with_tables
-    from loglake.tables import existing_tables
+    from loglake.core.config import load_config
+    from loglake.maintenance.runs import datasets_with_tables
+    from loglake.ledger.tables import existing_tables
 
     config = or_fail(load_config)
     chosen = datasets_with_tables(config)

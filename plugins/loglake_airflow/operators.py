@@ -17,16 +17,16 @@ from loglake_airflow.failing import or_fail
 
 class LoglakeSparkSubmitOperator(SparkSubmitOperator):
     """Run ``spark_jobs/<job>.py``: in the shared Spark application when it runs
-    (``loglake.jobserver``: no JVM to start), else under spark-submit with the application,
-    jars, Spark settings and environment that ``loglake.launch.submit_spec`` gives for the
+    (``loglake.jobs.shared_app``: no JVM to start), else under spark-submit with the application,
+    jars, Spark settings and environment that ``loglake.jobs.launch.submit_spec`` gives for the
     current configuration.
 
     They are resolved when the task runs, not when the DAG file is parsed (the jar list
     is read from the jar cache and the settings from ``conf/``). Settings given to the
     operator win over the spec; ``application_args`` are the job's own arguments
-    (``loglake.jobs.JobRequest.argv``).
+    (``loglake.jobs.protocol.JobRequest.argv``).
 
-    The job's summary (``loglake.jobs``: the shared application's answer, or written to a
+    The job's summary (``loglake.jobs.protocol``: the shared application's answer, or written to a
     ``--summary-file`` this operator adds) is the task's return value (XCom), with
     ``submit_seconds``, the wall time of the submission (the job's own ``seconds``, its
     session's ``start_seconds`` and whether it ran in the ``shared_application`` are in
@@ -45,8 +45,8 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         self.job = job
 
     def execute(self, context) -> dict:
-        from loglake.config import load_config
-        from loglake.jobs import JobRequest
+        from loglake.core.config import load_config
+        from loglake.jobs.protocol import JobRequest
 
         config = or_fail(load_config)
         request = or_fail(JobRequest.parse, self.job, self.application_args or [])
@@ -68,13 +68,13 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
     def _in_shared_application(self, config, request) -> dict | None:
         """The job's summary from the shared Spark application; None when it does not run
         there (not running, not answering within its start wait, or refused). A task that
-        comes while it starts waits for it (``loglake.jobserver.submit``). A failure fails the
+        comes while it starts waits for it (``loglake.jobs.shared_app.submit``). A failure fails the
         task like spark-submit's would."""
-        from loglake import jobserver
+        from loglake.jobs import shared_app
 
-        if self.job not in jobserver.SERVED:
+        if self.job not in shared_app.SERVED:
             return None
-        answer = or_fail(jobserver.submit, config, request, output=self._job_output)
+        answer = or_fail(shared_app.submit, config, request, output=self._job_output)
         if answer is None:
             return None
         code, summary = answer
@@ -92,8 +92,8 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
                 self.log.info("%s", line)
 
     def _spark_submit(self, config, request, context) -> dict:
-        from loglake.jobs import read_summary_file
-        from loglake.launch import submit_spec
+        from loglake.jobs.protocol import read_summary_file
+        from loglake.jobs.launch import submit_spec
 
         spec = or_fail(submit_spec, config, self.job)
         self.application = self.application or spec["application"]

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def job_args(plan, run_id: str) -> list[str]:
     """``spark_jobs/batch.py`` arguments for ``plan``; ``run_id`` is recorded in the ledger."""
-    from loglake.jobs import JobRequest
+    from loglake.jobs.protocol import JobRequest
 
     return JobRequest("batch", plan.dataset, plan, run_id).argv()
 
@@ -33,11 +33,11 @@ def batch_args(run_id: str) -> dict[str, list]:
     the data-loss errors of datasets that cannot continue until an operator accepts the
     loss — those stop alone; the other datasets run (``fail_on_losses`` then fails the run).
     """
-    from loglake.config import load_config
-    from loglake.errors import DataLossError, SchemaChangeError
-    from loglake.kafka_admin import list_topics
-    from loglake.planning import plan_batch
-    from loglake.schemas import check
+    from loglake.core.config import load_config
+    from loglake.core.errors import DataLossError, SchemaChangeError
+    from loglake.kafka.admin import list_topics
+    from loglake.ledger.planning import plan_batch
+    from loglake.ledger.schemas import check
 
     config = or_fail(load_config)
     topics = or_fail(list_topics, config)
@@ -78,8 +78,8 @@ def fail_on_losses(losses: list[str]) -> None:
 
 def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -> list[str]:
     """The loglake_accept_loss DAG's task: record the dataset's current losses as lost."""
-    from loglake.config import load_config
-    from loglake.losses import accept_loss
+    from loglake.core.config import load_config
+    from loglake.ledger.losses import accept_loss
 
     config = or_fail(load_config)
     ds = or_fail(config.dataset, params["dataset"])
@@ -94,8 +94,8 @@ def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -
 
 def _checked_dataset(params: Mapping[str, Any]):
     """The config and the form's dataset, its schema checked (a breaking change fails the task)."""
-    from loglake.config import load_config
-    from loglake.schemas import check
+    from loglake.core.config import load_config
+    from loglake.ledger.schemas import check
 
     config = or_fail(load_config)
     ds = or_fail(config.dataset, params["dataset"])
@@ -115,8 +115,8 @@ def _safe(run_id: str) -> str:
 
 
 def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
-    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.rebuild``)."""
-    from loglake.rebuild import run_rebuild
+    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.lifecycle.rebuilds``)."""
+    from loglake.lifecycle.rebuilds import run_rebuild
 
     config, ds = _checked_dataset(params)
     layer = params.get("layer") or "all"
@@ -127,7 +127,7 @@ def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
 
 def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
     """The loglake_replay DAG's task: ``loglake replay DATASET [--reason-code C] [--dry-run]``."""
-    from loglake.replay import run_replay
+    from loglake.lifecycle.replays import run_replay
 
     config, ds = _checked_dataset(params)
     lines: list[str] = []
@@ -138,8 +138,8 @@ def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
 
 def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     """Validate a backfill request (``plan_backfill``); a dry run only logs the plan."""
-    from loglake.kafka_admin import list_topics
-    from loglake.planning import plan_backfill
+    from loglake.kafka.admin import list_topics
+    from loglake.ledger.planning import plan_backfill
 
     config, ds = _checked_dataset(params)
     if ds.topic not in or_fail(list_topics, config):

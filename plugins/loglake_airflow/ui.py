@@ -1,8 +1,8 @@
 """The loglake page of the Airflow UI: a FastAPI app the api-server mounts at ``/loglake``.
 
-``/``            every dataset and partition, rendered on the server from ``loglake.status``
+``/``            every dataset and partition, rendered on the server from ``loglake.ops.status``
 ``/api/status``  the same data as JSON
-``/docs/...``    the Great Expectations Data Docs site (``loglake.results.data_docs_dir``)
+``/docs/...``    the Great Expectations Data Docs site (``loglake.ledger.results.data_docs_dir``)
 ``/icon.svg``    the navigation icon
 
 Configuration is loaded per request from the environment the api-server runs in
@@ -30,7 +30,7 @@ async def require_user(request: Request):
 
 
 def _load_config():
-    from loglake.config import load_config
+    from loglake.core.config import load_config
 
     return load_config()
 
@@ -38,8 +38,8 @@ def _load_config():
 def collect(config) -> list[dict]:
     """Per dataset, ``DatasetStatus.to_dict()``, or ``{"name", "topic", "error"}`` if it
     could not be read (Kafka down, say): one dataset's failure does not hide the others."""
-    from loglake.errors import LoglakeError
-    from loglake.status import dataset_status
+    from loglake.core.errors import LoglakeError
+    from loglake.ops.status import dataset_status
 
     out = []
     for ds in config.datasets.values():
@@ -83,7 +83,7 @@ def create_app(config_loader: Callable | None = None, require_login: bool = True
 
     @app.get("/docs/{path:path}")
     def data_docs(path: str = ""):
-        from loglake.results import data_docs_dir
+        from loglake.ledger.results import data_docs_dir
         from loglake_airflow.ui_html import no_docs_page
 
         site = Path(data_docs_dir(load())).resolve()

@@ -3,7 +3,7 @@
 The markup is in ``templates/`` (Jinja2, autoescaped). Every number sits in an element
 with ``data-dataset``, ``data-partition`` (or ``data-table``) and ``data-field``
 attributes and its raw value in ``data-value``, so a test or a script reads exactly what
-is shown. Formatting comes from ``loglake.status``,
+is shown. Formatting comes from ``loglake.ops.status``,
 the same text ``loglake status`` prints.
 """
 
@@ -46,7 +46,7 @@ def _templates():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
-    from loglake.status import audit_text, format_duration, quality_text, retention_text, writer_text, lost_text
+    from loglake.ops.status import audit_text, format_duration, quality_text, retention_text, writer_text, lost_text
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                       autoescape=select_autoescape(["html"]), undefined=StrictUndefined)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import loglake
-from loglake.errors import ParamError
-from loglake.planning import plan_batch
-from loglake.produce import produce
+from loglake.core.errors import ParamError
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from loglake.audit import audit_dataset, format_audit
-from loglake.kafka_admin import ensure_topic, log_bounds
-from loglake.offsets import OffsetRange
-from loglake.planning import Plan, plan_batch
-from loglake.produce import generate, produce
-from loglake.contracts import AUDIT_RESULTS
-from loglake.results import last_audit
-from loglake.tables import open_table, query
+from loglake.ops.audit import audit_dataset, format_audit
+from loglake.kafka.admin import ensure_topic, log_bounds
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import Plan, plan_batch
+from loglake.local.produce import generate, produce
+from loglake.core.contracts import AUDIT_RESULTS
+from loglake.ledger.results import last_audit
+from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 from tests.integration.commands import loglake

@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.errors import DataLossError
-from loglake.kafka_admin import admin, dataset_state, ensure_topic, log_bounds
-from loglake.launch import job_env, spark_submit
-from loglake.ledger import ledger_rows
-from loglake.ledger import batch_watermarks
-from loglake.offsets import OffsetRange
-from loglake.errors import ParamError
-from loglake.planning import Plan, plan_backfill, plan_batch
-from loglake.processes import Managed, wait_for
-from loglake.produce import produce
+from loglake.core.errors import DataLossError
+from loglake.kafka.admin import admin, dataset_state, ensure_topic, log_bounds
+from loglake.jobs.launch import job_env, spark_submit
+from loglake.ledger.ranges import ledger_rows
+from loglake.ledger.ranges import batch_watermarks
+from loglake.core.offsets import OffsetRange
+from loglake.core.errors import ParamError
+from loglake.ledger.planning import Plan, plan_backfill, plan_batch
+from loglake.core.processes import Managed, wait_for
+from loglake.local.produce import produce
 from spark_jobs.batch import recompute_from_log, run_batch
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.quality import run_quality
-from spark_jobs.serving import serving_view
+from loglake.serving.spark import serving_view
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ def test_the_driver_reads_few_records_spread_over_many_1kb_records_within_its_ti
     Both ways of reading (on across small gaps, seeking to each) return every record."""
     from confluent_kafka import Producer
 
-    from loglake.kafka_admin import ensure_topic, read_records
+    from loglake.kafka.admin import ensure_topic, read_records
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -142,7 +142,7 @@ def test_backfill_by_time_window(spark, make_config):
 
 
 def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config):
-    from loglake.streams import SpeedStream
+    from loglake.speed.streams import SpeedStream
 
     config = make_config()
     ds = config.dataset("job_views")

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from loglake.errors import ConfigError
-from loglake.kafka_admin import TIMEOUT, admin, list_topics
-from loglake.planning import plan_backfill, plan_batch
-from loglake.processes import wait_for
+from loglake.core.errors import ConfigError
+from loglake.kafka.admin import TIMEOUT, admin, list_topics
+from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.core.processes import wait_for
 from spark_jobs.delta_io import latest_per_key
 from spark_jobs.speed import start_stream
 

@@ -8,9 +8,9 @@ import time
 import pytest
 import yaml
 
-from loglake.processes import free_port
-from loglake.kafka_admin import group_offsets, log_bounds
-from loglake.processes import Managed, wait_for
+from loglake.core.processes import free_port
+from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.core.processes import Managed, wait_for
 from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
@@ -71,10 +71,10 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
     assert "speed job_views: stopped" in stop.stdout
     assert proc.pid() is None
     # Nothing of the stream's process group is left behind (supervisor, spark-submit, JVM, python).
-    from loglake.processes import group_alive
+    from loglake.core.processes import group_alive
     assert pid is not None and not group_alive(pid)
 
-    from loglake.tables import open_table, query
+    from loglake.ledger.tables import open_table, query
     speed = query(open_table(config.table_path(ds, "speed")), "SELECT _partition, _offset FROM t")
     quarantine = query(open_table(config.table_path(ds, "quarantine")), "SELECT _partition, _offset FROM t")
     assert len(speed) == 640 and len(quarantine) == 60
@@ -107,8 +107,8 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
 
 
 def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config):
-    from loglake.ledger import batch_watermarks
-    from loglake.produce import produce
+    from loglake.ledger.ranges import batch_watermarks
+    from loglake.local.produce import produce
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -130,7 +130,7 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     rebuilt = loglake(config, "rebuild", "job_views", "--layer", "batch", timeout=600)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert "rebuild job_views batch: 270 rows from 300 offset(s) of the log" in rebuilt.stdout
-    from loglake.tables import open_table, query as delta_query
+    from loglake.ledger.tables import open_table, query as delta_query
     assert delta_query(open_table(config.table_path(ds, "batch")), "SELECT count(*) AS n FROM t")[0]["n"] == 270
 
     # The console held loglake's words only; the logs keep the rest.
@@ -149,9 +149,9 @@ def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
     the offsets of a time window (dry run: the same write and publish follow)."""
     from datetime import datetime, timezone
 
-    from loglake.ledger import batch_watermarks, ledger_rows
-    from loglake.produce import produce
-    from loglake.tables import open_table, query
+    from loglake.ledger.ranges import batch_watermarks, ledger_rows
+    from loglake.local.produce import produce
+    from loglake.ledger.tables import open_table, query
 
     config = make_config()
     ds = config.dataset("job_views")

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from loglake.config import load_config
-from loglake.processes import free_port
-from loglake.sandbox import write_conf
+from loglake.core.config import load_config
+from loglake.core.processes import free_port
+from loglake.testing import write_conf
 
 from tests.integration.commands import loglake
 from tests.integration.test_cli import noise

@@ -19,8 +19,8 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from loglake.errors import is_transient
-from loglake.locks import appends_pause, appends_paused, wait_while_paused
+from loglake.core.errors import is_transient
+from loglake.ledger.leases import appends_pause, appends_paused, wait_while_paused
 from spark_jobs import delta_io
 
 pytestmark = pytest.mark.integration

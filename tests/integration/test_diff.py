@@ -7,11 +7,11 @@ import json
 import pytest
 from delta.tables import DeltaTable
 
-from loglake.diff import diff_plan, diff_range, format_diff
-from loglake.errors import ParamError
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.tables import open_table, query
+from loglake.ops.diff import diff_plan, diff_range, format_diff
+from loglake.core.errors import ParamError
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 

@@ -1,6 +1,6 @@
 """EmbeddedKafka against a real broker: data survives a restart, start() is idempotent.
 
-Needs the kafka jars (`python -m loglake.setup_jvm`) and Java; skipped without the jars.
+Needs the kafka jars (`python -m loglake.local.jars`) and Java; skipped without the jars.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from loglake.embedded_kafka import EmbeddedKafka  # noqa: E402
-from loglake.errors import PortInUseError  # noqa: E402
-from loglake.processes import free_port  # noqa: E402
-from loglake.paths import jar_dir  # noqa: E402
+from loglake.local.broker import EmbeddedKafka  # noqa: E402
+from loglake.core.errors import PortInUseError  # noqa: E402
+from loglake.core.processes import free_port  # noqa: E402
+from loglake.core.paths import jar_dir  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 @pytest.fixture
 def kafka(tmp_path):
     if not any(jar_dir("kafka").glob("*.jar")):
-        pytest.skip(f"no kafka jars in {jar_dir('kafka')}: run `python -m loglake.setup_jvm`")
+        pytest.skip(f"no kafka jars in {jar_dir('kafka')}: run `python -m loglake.local.jars`")
     port = free_port()
     controller_port = free_port()
     while controller_port == port:

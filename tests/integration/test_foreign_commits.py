@@ -12,15 +12,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from loglake.audit import audit_dataset, format_audit
-from loglake.contracts import AUDIT_RESULTS
-from loglake.errors import ForeignCommitError
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.tables import open_table, query
+from loglake.ops.audit import audit_dataset, format_audit
+from loglake.core.contracts import AUDIT_RESULTS
+from loglake.core.errors import ForeignCommitError
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.rebuild import rebuild
-from spark_jobs.serving import query as serving_query
+from loglake.serving.spark import query as serving_query
 from spark_jobs.speed import run_speed
 from tests.integration.test_audit import build_half
 
@@ -90,7 +90,7 @@ def test_a_publish_refuses_a_commit_loglake_did_not_make_and_a_rebuild_repairs(s
     rows = served(spark, config)
     assert len(rows) == 1300 and len(set(rows)) == 1300
 
-    from loglake.history import foreign_commits
+    from loglake.ledger.history import foreign_commits
 
     rebuild(spark, config, ds, "batch", "repair")
     assert foreign_commits(batch_path, None) == []  # the rebuilt table is loglake's alone
@@ -105,7 +105,7 @@ def test_a_restore_to_a_checked_version_undoes_the_commits_before_it(tmp_path):
     it does, the table back at a version whose commits were all checked."""
     from deltalake import CommitProperties
 
-    from loglake.history import foreign_commits
+    from loglake.ledger.history import foreign_commits
 
     path = str(tmp_path / "t")
     ours = CommitProperties(custom_metadata={"userMetadata": '{"loglake_job": "batch"}'})

@@ -1,4 +1,4 @@
-"""The shared Spark application (``spark_jobs/server.py``, ``loglake.jobserver``): one
+"""The shared Spark application (``spark_jobs/server.py``, ``loglake.jobs.shared_app``): one
 long-lived driver under spark-submit that runs the batch-side jobs the CLI and the DAG
 tasks send it. Real broker, real Spark, real Delta; the application is started as
 ``loglake up`` starts it (supervised, in the background)."""
@@ -14,18 +14,18 @@ import time
 
 import pytest
 
-from loglake import jobserver
-from loglake.config import load_config
-from loglake.jobs import JobRequest
-from loglake.kafka_admin import log_bounds
-from loglake.launch import start_shared_application
-from loglake.ledger import batch_watermarks, ledger_rows
-from loglake.locks import DatasetLock, writer
-from loglake.planning import plan_batch
-from loglake.processes import descendants, wait_for
-from loglake.produce import produce
-from loglake.sandbox import write_conf
-from loglake.tables import open_table, query
+from loglake.jobs import shared_app
+from loglake.core.config import load_config
+from loglake.jobs.protocol import JobRequest
+from loglake.kafka.admin import log_bounds
+from loglake.jobs.launch import start_shared_application
+from loglake.ledger.ranges import batch_watermarks, ledger_rows
+from loglake.ledger.leases import DatasetLock, writer
+from loglake.ledger.planning import plan_batch
+from loglake.core.processes import descendants, wait_for
+from loglake.local.produce import produce
+from loglake.testing import write_conf
+from loglake.ledger.tables import open_table, query
 from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def served(tmp_path_factory, kafka_bootstrap):
         start_shared_application(config, wait=240)
         yield config
     finally:
-        jobserver.stop(config)
+        shared_app.stop(config)
         for k, v in env_before.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -84,7 +84,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
 
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
-    from loglake.planning import plan_backfill
+    from loglake.ledger.planning import plan_backfill
     from spark_jobs.batch import run_batch
 
     plan = plan_backfill(config, ds, ranges=[f"{p}:0-{e}" for p, e in sorted(ends.items())])
@@ -93,7 +93,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
 
 
 def _raw_request(config, body: dict) -> socket.socket:
-    address = json.loads(jobserver.address_file(config).read_text())
+    address = json.loads(shared_app.address_file(config).read_text())
     conn = socket.create_connection((address["host"], address["port"]), timeout=30)
     conn.sendall((json.dumps({"token": address["token"], **body}) + "\n").encode())
     return conn
@@ -101,8 +101,8 @@ def _raw_request(config, body: dict) -> socket.socket:
 
 def test_requests_of_another_state_or_code_or_without_the_token_are_refused(served, tmp_path):
     config = served
-    assert (jobserver.address_file(config).stat().st_mode & 0o777) == 0o600
-    base = {"job": "batch", "argv": ["--dataset", "job_views"], **jobserver.identity(config)}
+    assert (shared_app.address_file(config).stat().st_mode & 0o777) == 0o600
+    base = {"job": "batch", "argv": ["--dataset", "job_views"], **shared_app.identity(config)}
     for change, expected in ((dict(home=str(tmp_path)), "another state directory"),
                              (dict(code="0" * 16), "another code"),
                              (dict(job="speed"), "not run by the shared application"),
@@ -114,7 +114,7 @@ def test_requests_of_another_state_or_code_or_without_the_token_are_refused(serv
     # The CLI's job for another state directory runs under spark-submit instead (submit says None).
     other = load_config(write_conf(tmp_path, config.kafka.bootstrap_servers), home=config.home)
     other_conf = JobRequest("maintenance", "job_views", run_id="x")
-    assert jobserver.submit(other, other_conf, output=lambda _t: None) is None
+    assert shared_app.submit(other, other_conf, output=lambda _t: None) is None
 
 
 def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
@@ -126,15 +126,15 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
     plan = plan_batch(config, ds)
     request = JobRequest("batch", ds.name, plan, "cancelled-run")
     with writer(config, ds.name, "test holds the lease", export=False):
-        conn = _raw_request(config, {"job": "batch", "argv": request.argv(), **jobserver.identity(config)})
-        wait_for(lambda: (jobserver.ping(config) or {}).get("running"), 30, "the job to be accepted")
+        conn = _raw_request(config, {"job": "batch", "argv": request.argv(), **shared_app.identity(config)})
+        wait_for(lambda: (shared_app.ping(config) or {}).get("running"), 30, "the job to be accepted")
         time.sleep(1)  # it waits for the lease we hold
         conn.close()
         # The job stops at once, while the lease is still held: its wait for the lease is
         # cancelled (it does not hold a thread until the lease frees).
-        wait_for(lambda: not (jobserver.ping(config) or {}).get("running"), 10,
+        wait_for(lambda: not (shared_app.ping(config) or {}).get("running"), 10,
                  "the cancelled job to end while the lease is held")
-    jobserver.wait_idle(config, timeout=60)
+    shared_app.wait_idle(config, timeout=60)
     assert DatasetLock(config, ds.name).holder() is None
     assert not [r for r in ledger_rows(config, ds) if r["run_id"] == "cancelled-run"]
 
@@ -146,19 +146,19 @@ def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(se
     answers = []
     with writer(config, ds.name, "test holds the lease", export=False):
         t = threading.Thread(target=lambda: answers.append(
-            jobserver.submit(config, JobRequest("batch", ds.name, plan, "killed-run"), output=lambda _t: None)))
+            shared_app.submit(config, JobRequest("batch", ds.name, plan, "killed-run"), output=lambda _t: None)))
         t.start()
         time.sleep(2)
-        supervisor = jobserver.process(config).pid()
-        old = json.loads(jobserver.address_file(config).read_text())["pid"]
+        supervisor = shared_app.process(config).pid()
+        old = json.loads(shared_app.address_file(config).read_text())["pid"]
         os.kill(old, signal.SIGKILL)  # the driver dies (the supervisor above it lives)
         t.join(60)
     assert answers and answers[0][0] != 0
     assert answers[0][1]["error_type"] == "SharedApplicationLost" and answers[0][1]["transient"] is True
     # The supervisor starts it again; it answers at a new address with the same state.
-    wait_for(lambda: (jobserver.ping(config) or {}).get("pid") not in (None, old), 240,
+    wait_for(lambda: (shared_app.ping(config) or {}).get("pid") not in (None, old), 240,
              "the shared application to come back")
-    assert jobserver.process(config).pid() == supervisor and len(descendants(supervisor)) > 1
+    assert shared_app.process(config).pid() == supervisor and len(descendants(supervisor)) > 1
     r = loglake(config, "batch", "company_ceos")
     assert r.returncode == 0 and "(in the shared Spark application)" in r.stdout, r.stdout + r.stderr
 
@@ -173,13 +173,13 @@ def test_jobs_sent_while_the_application_starts_wait_for_it_and_run_in_it(served
         produce(config, config.dataset(name), 30, seed=23, progress=False)
     requests = [JobRequest("batch", name, plan_batch(config, config.dataset(name)), f"starting-{name}")
                 for name in names]
-    jobserver.stop(config)
+    shared_app.stop(config)
     start_shared_application(config)  # as `loglake up` does: not waiting for it to answer
-    assert jobserver.ping(config) is None  # starting: not answering yet
+    assert shared_app.ping(config) is None  # starting: not answering yet
     answers, lines = {}, []
 
     def send(request):
-        answers[request.dataset] = jobserver.submit(config, request, output=lines.append)
+        answers[request.dataset] = shared_app.submit(config, request, output=lines.append)
 
     threads = [threading.Thread(target=send, args=(r,)) for r in requests]
     for t in threads:

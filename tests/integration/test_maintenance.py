@@ -13,19 +13,19 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from loglake.config import load_config
-from loglake.errors import ParamError
-from loglake.history import table_history
-from loglake.kafka_admin import log_bounds
-from loglake.ledger import batch_watermarks
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.results import last_maintenance
-from loglake.tables import open_table
+from loglake.core.config import load_config
+from loglake.core.errors import ParamError
+from loglake.ledger.history import table_history
+from loglake.kafka.admin import log_bounds
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.results import last_maintenance
+from loglake.ledger.tables import open_table
 from spark_jobs import delta_io
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.maintenance import run_maintenance
-from spark_jobs.serving import serving_view
+from loglake.serving.spark import serving_view
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration

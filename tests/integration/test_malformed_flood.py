@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.tables import open_table, query
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.tables import open_table, query
 from spark_jobs import parse
 from spark_jobs.batch import run_batch
 from spark_jobs.speed import run_speed

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loglake.produce import generate
+from loglake.local.produce import generate
 from spark_jobs import parse
 
 pytestmark = pytest.mark.integration  # a real Spark session

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from loglake.errors import ConfigError
-from loglake.ledger import ledger_rows
-from loglake.ledger import batch_watermarks
-from loglake.planning import plan_backfill, plan_batch
-from loglake.produce import produce
-from loglake.results import data_docs_dir, last_quality
-from loglake.tables import open_table, query
+from loglake.core.errors import ConfigError
+from loglake.ledger.ranges import ledger_rows
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.results import data_docs_dir, last_quality
+from loglake.ledger.tables import open_table, query
 from spark_jobs.batch import run_batch
-from loglake.contracts import QUALITY_RESULTS
-from loglake.errors import QualityGateError
+from loglake.core.contracts import QUALITY_RESULTS
+from loglake.core.errors import QualityGateError
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.quality import run_quality
 

@@ -9,18 +9,18 @@ from datetime import datetime, timezone
 import pytest
 
 import loglake
-from loglake.arrow_views import sql as arrow_sql
+from loglake.serving.arrow import sql as arrow_sql
 from loglake.cli import render_rows
-from loglake.config import load_config
-from loglake.errors import ParamError
-from loglake.planning import plan_batch
-from loglake.processes import free_port
-from loglake.produce import produce
-from loglake.sandbox import write_conf
-from loglake.snapshots import DatasetSnapshot, served_ranges
-from loglake.tables import snapshot
+from loglake.core.config import load_config
+from loglake.core.errors import ParamError
+from loglake.ledger.planning import plan_batch
+from loglake.core.processes import free_port
+from loglake.local.produce import produce
+from loglake.testing import write_conf
+from loglake.ledger.snapshots import DatasetSnapshot, served_ranges
+from loglake.ledger.tables import snapshot
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.serving import query
+from loglake.serving.spark import query
 from spark_jobs.speed import run_speed
 from tests.integration.commands import loglake as cli
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
-from loglake.audit import audit_dataset
-from loglake.errors import DataLossError, ParamError
-from loglake.kafka_admin import admin
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.rebuild import check_layer
+from loglake.ops.audit import audit_dataset
+from loglake.core.errors import DataLossError, ParamError
+from loglake.kafka.admin import admin
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.lifecycle.rebuilds import check_layer
 from spark_jobs.batch import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.rebuild import rebuild
-from spark_jobs.serving import query
+from loglake.serving.spark import query
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.errors import ConfigError
+from loglake.core.errors import ConfigError
 from spark_jobs.entry import known_jvm_error
 from tests.unit.test_regex import PATTERNS
 

@@ -7,16 +7,16 @@ import re
 
 import pytest
 
-from loglake.audit import audit_dataset
-from loglake.history import table_history
-from loglake.planning import plan_batch
-from loglake.produce import produce
-from loglake.replay import replay_lines
-from loglake.tables import open_table
+from loglake.ops.audit import audit_dataset
+from loglake.ledger.history import table_history
+from loglake.ledger.planning import plan_batch
+from loglake.local.produce import produce
+from loglake.lifecycle.replays import replay_lines
+from loglake.ledger.tables import open_table
 from spark_jobs.batch import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.replay import replay, revalidated
-from spark_jobs.serving import query, serving_view
+from loglake.serving.spark import query, serving_view
 from spark_jobs.speed import run_speed
 from tests.integration.commands import loglake
 from tests.integration.test_cli import noise

@@ -16,17 +16,17 @@ import sys
 
 import pytest
 
-from loglake.audit import audit_dataset
-from loglake.errors import SchemaChangeError
-from loglake.history import table_history
-from loglake.kafka_admin import log_bounds
-from loglake.ledger import ledger_rows
-from loglake.planning import plan_backfill, plan_batch
-from loglake.produce import produce
-from loglake.schemas import check, recorded_versions, schema_status, schema_text
-from loglake.tables import open_table, query as delta_query
+from loglake.ops.audit import audit_dataset
+from loglake.core.errors import SchemaChangeError
+from loglake.ledger.history import table_history
+from loglake.kafka.admin import log_bounds
+from loglake.ledger.ranges import ledger_rows
+from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.local.produce import produce
+from loglake.ledger.schemas import check, recorded_versions, schema_status, schema_text
+from loglake.ledger.tables import open_table, query as delta_query
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.serving import query
+from loglake.serving.spark import query
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.errors import QualityGateError
-from loglake.planning import plan_backfill, plan_batch
-from loglake.produce import produce
+from loglake.core.errors import QualityGateError
+from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.local.produce import produce
 from spark_jobs.batch import recompute_from_log, run_batch
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.quality import run_quality
-from spark_jobs.serving import query, serving_view
+from loglake.serving.spark import query, serving_view
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration

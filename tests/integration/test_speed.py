@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.kafka_admin import group_offsets, log_bounds
-from loglake.produce import produce
+from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.local.produce import produce
 from spark_jobs.speed import run_speed
 
 pytestmark = pytest.mark.integration
@@ -111,8 +111,8 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     import json
     from pathlib import Path
 
-    from loglake.snapshots import BATCH_KEY
-    from loglake.tables import open_table
+    from loglake.ledger.snapshots import BATCH_KEY
+    from loglake.ledger.tables import open_table
 
     config = make_config(speed={"max_offsets_per_trigger": 60})
     ds = config.dataset(dataset)
@@ -132,7 +132,7 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     run_speed(spark, config, ds, available_now=True)
     assert open_table(config.table_path(ds, "speed")).version() == version  # the replay appended nothing
     # `loglake history` names every micro-batch, the ones without Delta's txn action too.
-    from loglake.history import table_history
+    from loglake.ledger.history import table_history
 
     said = "\n".join(r["meaning"] for r in table_history(config, f"speed.{ds.name}"))
     assert all(f"speed micro-batch {b} (schema v1)" in said for b in range(newest + 1)), said
@@ -143,8 +143,8 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
 
 
 def test_a_second_stream_of_a_dataset_is_refused_while_one_runs(spark, make_config):
-    from loglake.errors import StreamRunningError
-    from loglake.locks import stream_lease
+    from loglake.core.errors import StreamRunningError
+    from loglake.ledger.leases import stream_lease
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -158,6 +158,6 @@ def test_a_second_stream_of_a_dataset_is_refused_while_one_runs(spark, make_conf
 
 
 def open_table_or_none(config, ds):
-    from loglake.tables import open_table
+    from loglake.ledger.tables import open_table
 
     return open_table(config.table_path(ds, "speed"))

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
 
-from loglake.audit import audit_dataset, format_audit
-from loglake.kafka_admin import admin, log_bounds
-from loglake.produce import produce
+from loglake.ops.audit import audit_dataset, format_audit
+from loglake.kafka.admin import admin, log_bounds
+from loglake.local.produce import produce
 from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The loglake UI app (plugins/loglake_airflow/ui.py) over a real broker and real Delta tables.
 
 The app runs in-process through FastAPI's TestClient; what it shows must be exactly
-what ``loglake.status.dataset_status`` computes for the same config. The page inside
+what ``loglake.ops.status.dataset_status`` computes for the same config. The page inside
 a running Airflow, logged in, is tested in tests/system/test_ui.py.
 """
 
@@ -13,18 +13,18 @@ from html.parser import HTMLParser
 
 import pytest
 
-from loglake import paths
-from loglake.config import load_config
-from loglake.kafka_admin import ensure_topic, log_bounds
-from loglake.planning import plan_backfill
-from loglake.produce import produce
-from loglake.contracts import QUALITY_RESULTS
-from loglake.results import data_docs_dir
-from loglake.status import dataset_status, format_status
+from loglake.core import paths
+from loglake.core.config import load_config
+from loglake.kafka.admin import ensure_topic, log_bounds
+from loglake.ledger.planning import plan_backfill
+from loglake.local.produce import produce
+from loglake.core.contracts import QUALITY_RESULTS
+from loglake.ledger.results import data_docs_dir
+from loglake.ops.status import dataset_status, format_status
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.speed import run_speed
 
-from loglake.sandbox import write_conf
+from loglake.testing import write_conf
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ class Cells(HTMLParser):
 
 
 def write_quality_row(config, ds, published: bool) -> None:
-    """One ``_quality_results`` row, as the contract in loglake/results.py describes it."""
+    """One ``_quality_results`` row, as the contract in loglake/ledger/results.py describes it."""
     import pyarrow as pa
     from deltalake import write_deltalake
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from loglake.produce import produce
+from loglake.local.produce import produce
 from tests.integration.commands import loglake
 from tests.unit.test_locks import hold
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loglake import paths
+from loglake.core import paths
 from soak.scenarios import Lab, bad_input
 
 pytestmark = pytest.mark.reliability

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from loglake.kafka_admin import ensure_topic, group_offsets
-from loglake.processes import wait_for
+from loglake.kafka.admin import ensure_topic, group_offsets
+from loglake.core.processes import wait_for
 from soak.scenarios import Lab
 
 pytestmark = pytest.mark.reliability
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.reliability
 CHILD = r"""
 import json, sys, time
 from types import SimpleNamespace
-from loglake.config import load_config
+from loglake.core.config import load_config
 from spark_jobs.speed import _PositionRecorder
 
 config = load_config(sys.argv[1], home=sys.argv[2])
@@ -82,7 +82,7 @@ def _librdkafka_clients() -> int:
 def test_a_closed_position_committer_leaves_no_client_behind(tmp_path, kafka_bootstrap):
     """Every speed run has a committer; a run that ends must not leave its Kafka client
     (and its threads, reconnecting to a broker that may be gone) in the process."""
-    from loglake.kafka_admin import PositionCommitter
+    from loglake.kafka.admin import PositionCommitter
 
     config = Lab(tmp_path, kafka_bootstrap).config()
     ds = config.dataset("job_views")

@@ -24,17 +24,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from loglake.cluster import LocalCluster
-from loglake.paths import REPO_ROOT
-from loglake.config import load_config
-from loglake.errors import PortInUseError
-from loglake.kafka_admin import admin, end_offsets, ensure_topic
-from loglake.launch import code_archive, job_env, spark_conf, spark_submit_bin
-from loglake.ledger import batch_watermarks
-from loglake.processes import alive, descendants, free_ports, wait_for
-from loglake.produce import produce
-from loglake.sandbox import write_conf
-from loglake.streams import SpeedStream
+from loglake.local.cluster import LocalCluster
+from loglake.core.paths import REPO_ROOT
+from loglake.core.config import load_config
+from loglake.core.errors import PortInUseError
+from loglake.kafka.admin import admin, end_offsets, ensure_topic
+from loglake.jobs.launch import code_archive, job_env, spark_conf, spark_submit_bin
+from loglake.ledger.ranges import batch_watermarks
+from loglake.core.processes import alive, descendants, free_ports, wait_for
+from loglake.local.produce import produce
+from loglake.testing import write_conf
+from loglake.speed.streams import SpeedStream
 from soak.scenarios import caught_up, count_exactly_once
 
 pytestmark = pytest.mark.system

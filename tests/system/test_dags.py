@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.kafka_admin import log_bounds
-from loglake.ledger import ledger_rows
-from loglake.ledger import batch_watermarks
-from loglake.produce import produce
-from loglake.results import last_maintenance
-from loglake.tables import open_table, query
+from loglake.kafka.admin import log_bounds
+from loglake.ledger.ranges import ledger_rows
+from loglake.ledger.ranges import batch_watermarks
+from loglake.local.produce import produce
+from loglake.ledger.results import last_maintenance
+from loglake.ledger.tables import open_table, query
 
 pytestmark = pytest.mark.system
 

@@ -21,17 +21,17 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from loglake import jobserver
-from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow
-from loglake.processes import alive, descendants
-from loglake.config import load_config
-from loglake.processes import free_port
-from loglake.kafka_admin import log_bounds
-from loglake.ledger import batch_watermarks, ledger_rows
-from loglake.processes import Managed, wait_for
-from loglake.produce import produce
+from loglake.jobs import shared_app
+from loglake.local.airflow_standalone import COMPONENTS, EmbeddedAirflow
+from loglake.core.processes import alive, descendants
+from loglake.core.config import load_config
+from loglake.core.processes import free_port
+from loglake.kafka.admin import log_bounds
+from loglake.ledger.ranges import batch_watermarks, ledger_rows
+from loglake.core.processes import Managed, wait_for
+from loglake.local.produce import produce
 
-from loglake.sandbox import write_conf
+from loglake.testing import write_conf
 from tests.integration.test_cli import noise
 
 pytestmark = pytest.mark.system
@@ -87,7 +87,7 @@ def test_up_status_batch_run_down(platform_config):
 
     assert "spark-jobs: started" in up.stdout
     # Started last, it answers a few seconds after `up` returned.
-    wait_for(lambda: jobserver.ping(config), 180, "the shared Spark application to answer")
+    wait_for(lambda: shared_app.ping(config), 180, "the shared Spark application to answer")
     status = platform(env, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "answering at 127.0.0.1:" in status.stdout, status.stdout
@@ -126,7 +126,7 @@ def test_up_status_batch_run_down(platform_config):
             value = rest(af, f"{path}/taskInstances/dataset.{task}/xcomEntries/return_value?map_index=0",
                          token)["value"]
             assert value["shared_application"] is True and value["start_seconds"] == 0, value
-    assert jobserver.ping(config)["served"] >= 2
+    assert shared_app.ping(config)["served"] >= 2
 
     tree = all_processes(config)
     t2 = time.monotonic()

@@ -14,17 +14,17 @@ import subprocess
 
 import pytest
 
-from loglake.airflow_embedded import airflow_bin
-from loglake.config import load_config
-from loglake.embedded_kafka import EmbeddedKafka
-from loglake.jobs import JobRequest
-from loglake.kafka_admin import log_bounds
-from loglake.offsets import OffsetRange
-from loglake.planning import Plan
-from loglake.processes import wait_for
-from loglake.produce import produce
-from loglake.sandbox import write_conf
-from loglake.tables import open_table, query
+from loglake.local.airflow_standalone import airflow_bin
+from loglake.core.config import load_config
+from loglake.local.broker import EmbeddedKafka
+from loglake.jobs.protocol import JobRequest
+from loglake.kafka.admin import log_bounds
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import Plan
+from loglake.core.processes import wait_for
+from loglake.local.produce import produce
+from loglake.testing import write_conf
+from loglake.ledger.tables import open_table, query
 
 from tests.system.conftest import REPO_DAGS_TESTS
 

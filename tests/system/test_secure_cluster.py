@@ -18,11 +18,11 @@ import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from loglake.config import load_config
-from loglake.kafka_admin import end_offsets, ensure_topic
-from loglake.processes import free_ports
-from loglake.produce import produce
-from loglake.sandbox import write_conf
+from loglake.core.config import load_config
+from loglake.kafka.admin import end_offsets, ensure_topic
+from loglake.core.processes import free_ports
+from loglake.local.produce import produce
+from loglake.testing import write_conf
 from tests.system.test_secure_kafka import PASSWORD, TOKEN, USER, CommandLineWatch, shipped_security
 
 pytestmark = pytest.mark.system

@@ -28,13 +28,13 @@ import psutil
 import pytest
 import yaml
 
-from loglake import paths
-from loglake.config import Config, load_config
-from loglake.kafka_admin import group_offsets, log_bounds
-from loglake.ledger import batch_watermarks
-from loglake.processes import free_port
-from loglake.sandbox import write_conf
-from loglake.tables import open_table, query
+from loglake.core import paths
+from loglake.core.config import Config, load_config
+from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.ledger.ranges import batch_watermarks
+from loglake.core.processes import free_port
+from loglake.testing import write_conf
+from loglake.ledger.tables import open_table, query
 
 pytestmark = pytest.mark.system
 
@@ -143,7 +143,7 @@ def secure(tmp_path_factory):
             if broker is not None:
                 stopped = broker.loglake("kafka", "stop", timeout=120)
                 if stopped.returncode != 0:
-                    from loglake.platform import broker as embedded
+                    from loglake.local.stack import broker as embedded
 
                     embedded(broker.config()).stop()
             watch.stop()
@@ -167,7 +167,7 @@ def test_kafka_start_runs_sasl_ssl_and_status_names_its_address(secure):
 
 
 def _other_ca(tmp_path) -> str:
-    from loglake.kafka_security import ensure_tls
+    from loglake.kafka.security import ensure_tls
 
     ensure_tls(tmp_path / "other")
     return str(tmp_path / "other" / "ca.pem")
@@ -196,7 +196,7 @@ def metadata(s: SecureBroker, settings: dict, timeout: float = 3.0):
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from loglake.errors import refusal_reason
+    from loglake.core.errors import refusal_reason
 
     events = []
     client = AdminClient({"bootstrap.servers": f"localhost:{s.port}", "log_level": 0,
@@ -224,7 +224,7 @@ def test_a_client_without_the_right_credentials_or_tls_is_refused(secure, tmp_pa
 def test_spark_kafka_source_is_refused_with_a_wrong_password(secure, spark, monkeypatch):
     """The Java client (Spark's Kafka source, settings from ``Config.kafka_java_conf``) too; its
     refusal is loglake's permanent KafkaAuthenticationError, so a stream is not restarted for ever."""
-    from loglake.errors import KafkaAuthenticationError
+    from loglake.core.errors import KafkaAuthenticationError
     from spark_jobs.entry import known_jvm_error
     from spark_jobs.kafka_source import source_options
 

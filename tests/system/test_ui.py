@@ -16,14 +16,14 @@ import urllib.request
 
 import pytest
 
-from loglake import paths
-from loglake.airflow_embedded import COMPONENTS, EmbeddedAirflow
-from loglake.processes import alive, descendants
-from loglake.config import load_config
-from loglake.processes import free_port
-from loglake.processes import wait_for
+from loglake.core import paths
+from loglake.local.airflow_standalone import COMPONENTS, EmbeddedAirflow
+from loglake.core.processes import alive, descendants
+from loglake.core.config import load_config
+from loglake.core.processes import free_port
+from loglake.core.processes import wait_for
 
-from loglake.sandbox import write_conf
+from loglake.testing import write_conf
 from tests.system.browser import Browser
 
 pytestmark = pytest.mark.system
@@ -125,10 +125,10 @@ def loglake_page_values(b: Browser) -> dict[tuple, str]:
 
 
 def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
-    from loglake.kafka_admin import ensure_topic, log_bounds
-    from loglake.planning import plan_backfill
-    from loglake.produce import produce
-    from loglake.status import dataset_status, format_status
+    from loglake.kafka.admin import ensure_topic, log_bounds
+    from loglake.ledger.planning import plan_backfill
+    from loglake.local.produce import produce
+    from loglake.ops.status import dataset_status, format_status
     from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.speed import run_speed
 
@@ -140,7 +140,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     run_speed(spark, config, ds, available_now=True)
     end0 = log_bounds(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
-    from loglake.audit import audit_dataset
+    from loglake.ops.audit import audit_dataset
     assert audit_dataset(config, ds, "ui-audit")["ok"]
     produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
     # From here on nothing writes: offsets, watermarks and versions stay as read.

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loglake import paths
-from loglake.config import load_config
-from loglake.errors import ConfigError
+from loglake.core import paths
+from loglake.core.config import load_config
+from loglake.core.errors import ConfigError
 
 PASSWORD = 'pa"ss\\word with spaces'
 
@@ -127,7 +127,7 @@ def test_ca_and_broker_certificate_for_localhost(tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from loglake.kafka_security import ensure_tls
+    from loglake.kafka.security import ensure_tls
 
     d = tmp_path / "security"
     ensure_tls(d)
@@ -147,15 +147,15 @@ def test_ca_and_broker_certificate_for_localhost(tmp_path):
 
 
 def test_certificates_are_kept_and_renewed_only_near_expiry(tmp_path, monkeypatch):
-    from loglake import kafka_security
-    from loglake.kafka_security import ensure_tls
+    from loglake.kafka import security
+    from loglake.kafka.security import ensure_tls
 
     d = tmp_path / "security"
     ensure_tls(d)
     first = {f.name: f.read_bytes() for f in d.iterdir()}
     ensure_tls(d)
     assert {f.name: f.read_bytes() for f in d.iterdir()} == first
-    monkeypatch.setattr(kafka_security, "RENEW_BEFORE", dt.timedelta(days=kafka_security.CERT_DAYS + 1))
+    monkeypatch.setattr(security, "RENEW_BEFORE", dt.timedelta(days=security.CERT_DAYS + 1))
     ensure_tls(d)
     again = {f.name: f.read_bytes() for f in d.iterdir()}
     assert again["ca.pem"] == first["ca.pem"] and again["broker.pem"] != first["broker.pem"]

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # Package roots: (directory that is on sys.path, top-level packages or modules under it).
 SOURCES = [(ROOT, ["loglake", "spark_jobs", "bench", "soak", "dags"]), (ROOT / "plugins", ["loglake_airflow", "loglake_view"])]
-JOBS = {"spark_jobs.speed", "spark_jobs.batch", "spark_jobs.quality", "spark_jobs.maintenance", "spark_jobs.serving"}
+JOBS = {"spark_jobs.speed", "spark_jobs.batch", "spark_jobs.quality", "spark_jobs.maintenance", "loglake.serving.spark"}
 
 
 def project_modules() -> dict[str, Path]:

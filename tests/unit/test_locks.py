@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from loglake import locks
-from loglake.config import load_config
-from loglake.errors import ConfigError, JobCancelled, WriterBusyError
-from loglake.processes import wait_for
-from loglake.sandbox import write_conf
+from loglake.ledger import leases
+from loglake.core.config import load_config
+from loglake.core.errors import ConfigError, JobCancelled, WriterBusyError
+from loglake.core.processes import wait_for
+from loglake.testing import write_conf
 
 HOLD = textwrap.dedent('''
     import sys, time
-    from loglake.config import load_config
-    from loglake.locks import writer
+    from loglake.core.config import load_config
+    from loglake.ledger.leases import writer
     config = load_config(sys.argv[1], home=sys.argv[2])
     with writer(config, "job_views", "maintenance", "run-7") as token:
         print(token, flush=True)
@@ -44,24 +44,24 @@ def test_a_second_writer_is_refused_naming_the_holder_and_waits_for_it(config):
     p, token = hold(config, 3)
     try:
         assert token
-        held = locks.holders(config, ["job_views", "company_ceos"])
+        held = leases.holders(config, ["job_views", "company_ceos"])
         assert list(held) == ["job_views"] and held["job_views"]["pid"] == p.pid
         with pytest.raises(WriterBusyError) as e:
-            with locks.writer(config, "job_views", "batch", wait_seconds=0):
+            with leases.writer(config, "job_views", "batch", wait_seconds=0):
                 pass
         assert e.value.transient
         assert f"maintenance run run-7 (pid {p.pid} on" in str(e.value)
         # Another dataset is free meanwhile.
-        with locks.writer(config, "company_ceos", "batch", wait_seconds=0):
+        with leases.writer(config, "company_ceos", "batch", wait_seconds=0):
             pass
         # A writer that waits gets the lease once the holder lets go.
         t0 = time.monotonic()
-        with locks.writer(config, "job_views", "batch", "run-8", wait_seconds=30, say=lambda m: None):
+        with leases.writer(config, "job_views", "batch", "run-8", wait_seconds=30, say=lambda m: None):
             assert time.monotonic() - t0 > 0.5
-            assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "run-8"
+            assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "run-8"
     finally:
         p.kill()
-    assert locks.holders(config, ["job_views"]) == {}
+    assert leases.holders(config, ["job_views"]) == {}
 
 
 
@@ -76,12 +76,12 @@ def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
         threading.Timer(0.5, cancel.set).start()
         t0 = time.monotonic()
         with pytest.raises(JobCancelled) as e:
-            with locks.writer(config, "job_views", "batch", "run-9", wait_seconds=60, say=lambda m: None,
+            with leases.writer(config, "job_views", "batch", "run-9", wait_seconds=60, say=lambda m: None,
                               cancel=cancel):
                 pytest.fail("the cancelled writer ran its block")
         assert time.monotonic() - t0 < 5
         assert e.value.transient and "job_views" in str(e.value)
-        assert locks.holders(config, ["job_views"])["job_views"]["pid"] == p.pid
+        assert leases.holders(config, ["job_views"])["job_views"]["pid"] == p.pid
     finally:
         p.kill()
         p.wait()
@@ -91,45 +91,45 @@ def test_a_crashed_holder_never_blocks(config):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     # Its lease is still there, but its pid is gone: taken at once.
-    assert json.loads(locks.DatasetLock(config, "job_views").path.read_text())["pid"] == p.pid
-    with locks.writer(config, "job_views", "batch", wait_seconds=0):
+    assert json.loads(leases.DatasetLock(config, "job_views").path.read_text())["pid"] == p.pid
+    with leases.writer(config, "job_views", "batch", wait_seconds=0):
         pass
 
 
 def test_a_lease_of_another_host_holds_until_it_expires(config, monkeypatch):
-    lock = locks.DatasetLock(config, "job_views")
+    lock = leases.DatasetLock(config, "job_views")
     lock.dir.mkdir(parents=True)
     now = time.time()
     lock.path.write_text(json.dumps({"operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere",
                                      "pid": 1, "acquired_at": "then", "expires": now + 2}))
     with pytest.raises(WriterBusyError, match="batch run far .pid 1 on elsewhere"):
-        with locks.writer(config, "job_views", "maintenance", wait_seconds=0):
+        with leases.writer(config, "job_views", "maintenance", wait_seconds=0):
             pass
-    with locks.writer(config, "job_views", "maintenance", wait_seconds=10, say=lambda m: None):
+    with leases.writer(config, "job_views", "maintenance", wait_seconds=10, say=lambda m: None):
         assert time.time() >= now + 2
 
 
 def test_a_job_of_the_holder_writes_under_its_lease(config):
-    with locks.writer(config, "job_views", "backfill", "bf-1") as token:
-        assert os.environ[locks.TOKEN_ENV] == token
+    with leases.writer(config, "job_views", "backfill", "bf-1") as token:
+        assert os.environ[leases.TOKEN_ENV] == token
         # The jobs the holder starts inherit the token: they enter without waiting, and leave
         # the lease to the holder.
         p, child_token = hold(config, 0, env={**os.environ})
         p.wait(timeout=30)
         assert child_token == token
-        assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "bf-1"
-    assert locks.TOKEN_ENV not in os.environ
-    assert locks.holders(config, ["job_views"]) == {}
+        assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "bf-1"
+    assert leases.TOKEN_ENV not in os.environ
+    assert leases.holders(config, ["job_views"]) == {}
 
 
 def test_the_holder_renews_its_lease(config, monkeypatch):
-    monkeypatch.setattr(locks, "TTL_SECONDS", 1.0)
-    monkeypatch.setattr(locks, "RENEW_SECONDS", 0.2)
-    with locks.writer(config, "job_views", "maintenance", "long"):
+    monkeypatch.setattr(leases, "TTL_SECONDS", 1.0)
+    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.2)
+    with leases.writer(config, "job_views", "maintenance", "long"):
         time.sleep(2.0)  # twice the lease's life: renewed meanwhile
-        held = json.loads(locks.DatasetLock(config, "job_views").path.read_text())
+        held = json.loads(leases.DatasetLock(config, "job_views").path.read_text())
         assert held["expires"] > time.time() and held["run_id"] == "long"
-        assert locks.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
+        assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
 
 
 def test_an_object_store_lake_keeps_its_leases_on_the_shared_filesystem_it_names(tmp_path):
@@ -149,6 +149,6 @@ def test_an_object_store_lake_keeps_its_leases_on_the_shared_filesystem_it_names
     shared = tmp_path / "shared-mount"
     profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {{root: 's3a://bucket/lake', locks: '{shared}'}}\n", 1))
     config = load_config(conf, home=tmp_path / "state")
-    with locks.writer(config, "job_views", "batch", "run-1", wait_seconds=0):
-        assert locks.holders(config, ["job_views"])["job_views"]["operation"] == "batch"
+    with leases.writer(config, "job_views", "batch", "run-1", wait_seconds=0):
+        assert leases.holders(config, ["job_views"])["job_views"]["operation"] == "batch"
         assert (shared / "job_views.json").exists()

@@ -1,0 +1,742 @@
+"""One typed configuration, loaded from ``conf/`` and validated at load.
+
+Layout::
+
+    conf/loglake.yaml          profiles (local, cluster): kafka, lake, spark, speed
+    conf/datasets/<name>.yaml  one dataset per file
+
+Every error names the file and the key, says what was expected, and is raised at load:
+nothing downstream re-checks. ``${ENV_VAR}`` in a value is replaced from the
+environment (for secrets); an unset variable is an error, never an empty string.
+Only the selected profile is expanded, so the cluster profile's variables need not be
+set to run locally.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from loglake.core import paths
+from loglake.core.contracts import PROVENANCE, SystemTable
+from loglake.core.regex import java_incompatibility
+from loglake.core.errors import ConfigError, KeyedValueError, refusal_recorder
+
+FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+LAYERS = ("speed", "batch", "quarantine", "latest")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
+_EXPECTATION = re.compile(r"^expect_[a-z0-9_]+$")
+MIN_VACUUM_RETENTION_HOURS = 168.0  # Delta's own default guard: 7 days
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min)\s*$")
+_SCRAM_USER = re.compile(r"^[A-Za-z0-9._@-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- datasets -------------------------------------------------------------------------
+
+
+class FieldSpec(_Strict):
+    """One field of a dataset's JSON value: its type and the domain of its values."""
+
+    type: FieldType
+    required: bool = True
+    enum: list[str | int | float | bool] | None = None
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _domain_fits_type(self) -> "FieldSpec":
+        if (self.min is not None or self.max is not None) and self.type not in ("long", "double"):
+            raise KeyedValueError("min", f"min/max apply to long and double fields, not {self.type}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise KeyedValueError("min", f"min ({self.min}) is greater than max ({self.max})")
+        if self.pattern is not None:
+            if self.type != "string":
+                raise KeyedValueError("pattern", f"pattern applies to string fields, not {self.type}")
+            try:
+                re.compile(self.pattern)
+            except re.error as e:
+                raise KeyedValueError("pattern", f"pattern {self.pattern!r} is not a valid regular expression: {e}") from e
+            problem = java_incompatibility(self.pattern)
+            if problem:
+                raise KeyedValueError("pattern", f"pattern {self.pattern!r} would fail in Spark, which applies it "
+                                                 f"with Java's regex engine: {problem}")
+        if self.enum is not None:
+            if not self.enum:
+                raise KeyedValueError("enum", "enum must list at least one value")
+            expected = {"string": str, "long": int, "double": (int, float), "boolean": bool, "timestamp": str}
+            bad = [v for v in self.enum if not isinstance(v, expected[self.type]) or (
+                self.type in ("long", "double") and isinstance(v, bool))]
+            if bad:
+                raise KeyedValueError("enum", f"enum values {bad!r} are not of the field's type {self.type}")
+        return self
+
+
+class Tables(_Strict):
+    """Table names of a dataset, ``<layer>.<name>``; the layer picks the directory."""
+
+    speed: str
+    batch: str
+    quarantine: str
+    latest: str | None = None  # changelog datasets: latest state by key
+
+    @field_validator("speed", "batch", "quarantine", "latest")
+    @classmethod
+    def _named(cls, v: str | None) -> str | None:
+        if v is not None and not _TABLE_NAME.match(v):
+            raise ValueError(f"{v!r} is not of the form <speed|batch|quarantine>.<name>")
+        return v
+
+
+def expectation_label(expectation: str, column: str | None) -> str:
+    """``expect_x(column)``, or the bare name for a table-level expectation."""
+    return f"{expectation}({column})" if column else expectation
+
+
+class Expectation(_Strict):
+    """One quality expectation: a Great Expectations 1.x expectation and how much it matters.
+
+    ``expectation`` is the snake_case name (``expect_column_values_to_not_be_null``);
+    ``kwargs`` are its arguments besides ``column``; ``severity: fail`` stops a batch range
+    from being published, ``warn`` is recorded and shown.
+    """
+
+    expectation: str
+    column: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    severity: Literal["warn", "fail"] = "fail"
+
+    @field_validator("expectation")
+    @classmethod
+    def _gx_name(cls, v: str) -> str:
+        if not _EXPECTATION.match(v):
+            raise ValueError(f"{v!r} is not a Great Expectations expectation name "
+                             "(snake_case, starting with expect_, e.g. expect_column_values_to_not_be_null)")
+        return v
+
+    @model_validator(mode="after")
+    def _column_once(self) -> "Expectation":
+        if "column" in self.kwargs:
+            raise KeyedValueError("kwargs.column", "give the column as the expectation's column key, not in kwargs")
+        return self
+
+    @property
+    def label(self) -> str:
+        return expectation_label(self.expectation, self.column)
+
+
+def check_vacuum_retention(hours: float, allow_short: bool) -> None:
+    """VACUUM must keep at least a week of history unless a shorter one is asked for explicitly.
+
+    Time travel, concurrent readers and the streaming checkpoint's view of old versions
+    need the files VACUUM would delete; Delta guards 168 hours by default and so does loglake.
+    """
+    if hours < MIN_VACUUM_RETENTION_HOURS and not allow_short:
+        raise KeyedValueError(
+            "vacuum_retention_hours",
+            f"a VACUUM retention of {hours:g} hours is below the {MIN_VACUUM_RETENTION_HOURS:g}-hour guard; "
+            "time travel and readers of older versions would lose their files. Set "
+            "allow_short_vacuum_retention: true beside it to lower it on purpose")
+
+
+class Maintenance(_Strict):
+    """How ``loglake_maintenance`` keeps a dataset's tables compact."""
+
+    zorder_by: list[str] = Field(default_factory=list)
+    expire_speed: bool = True           # delete speed rows below the batch watermark
+    vacuum_retention_hours: float = Field(default=MIN_VACUUM_RETENTION_HOURS, ge=0)
+    allow_short_vacuum_retention: bool = False
+
+    @model_validator(mode="after")
+    def _retention_guard(self) -> "Maintenance":
+        check_vacuum_retention(self.vacuum_retention_hours, self.allow_short_vacuum_retention)
+        return self
+
+
+class Dataset(_Strict):
+    """A dataset: a topic, its key, the schema of its values, a transform and tables."""
+
+    name: str
+    kind: Literal["events", "changelog"] = "events"
+    topic: str
+    partitions: int = Field(ge=1, le=10_000)
+    key: str
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+    transform: str
+    tables: Tables
+    description: str = ""
+    quality: list[Expectation] = Field(default_factory=list)
+    maintenance: Maintenance = Field(default_factory=Maintenance)
+    # A value longer than this is quarantined as ``oversized`` before it is parsed (Kafka's
+    # own default limit for a message is about 1 MiB).
+    max_value_bytes: int = Field(default=1_048_576, ge=1, le=2**31 - 1)
+
+    @field_validator("transform")
+    @classmethod
+    def _transform_ref(cls, v: str) -> str:
+        if not _TRANSFORM_REF.match(v):
+            raise ValueError(f"{v!r} is not of the form package.module:function")
+        return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _field_names(cls, v: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        for name in v:
+            if not _IDENT.match(name) or name.startswith("_"):
+                raise ValueError(f"field name {name!r} must be an identifier not starting with '_' "
+                                 "(names starting with '_' are loglake's provenance columns)")
+        return v
+
+    @field_validator("name", "topic")
+    @classmethod
+    def _names(cls, v: str) -> str:
+        if not _IDENT_DOT.match(v):
+            raise ValueError(f"{v!r} must contain only letters, digits, '_', '-' and '.'")
+        return v
+
+    @model_validator(mode="after")
+    def _key_and_tables(self) -> "Dataset":
+        if self.key not in self.schema_:
+            raise KeyedValueError("key", f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
+        if self.kind == "changelog" and self.tables.latest is None:
+            raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
+        if self.kind == "events" and self.tables.latest is not None:
+            raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
+        columns = set(self.schema_) | set(PROVENANCE.names)
+        for i, e in enumerate(self.quality):
+            if e.column is not None and e.column not in columns:
+                raise KeyedValueError(f"quality.{i}.column", f"column {e.column!r} is not a field of the schema "
+                                                             f"or a provenance column ({', '.join(sorted(columns))})")
+        for i, c in enumerate(self.maintenance.zorder_by):
+            if c not in columns:
+                raise KeyedValueError(f"maintenance.zorder_by.{i}", f"column {c!r} is not a field of the schema "
+                                                                    f"or a provenance column")
+        return self
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return self.schema_
+
+    @property
+    def stats_columns(self) -> list[str]:
+        """The columns Delta keeps per-file statistics of in the dataset's tables (each table
+        those of them it has, set when a job creates it: ``spark_jobs.delta_io.to_delta``): the
+        provenance columns every range predicate, the serving view and maintenance filter on,
+        the quarantine's layer, the key, and the Z-order columns (OPTIMIZE needs their
+        statistics). Statistics of every column cost ~30 % of a write (README, Benchmarks)."""
+        cols = ["_topic", "_partition", "_offset", "_layer", self.key, *self.maintenance.zorder_by]
+        return list(dict.fromkeys(cols))
+
+    @property
+    def consumer_group(self) -> str:
+        """The Kafka consumer group the speed layer commits its position to."""
+        return f"loglake-speed-{self.name}"
+
+    def load_transform(self):
+        """Import the transform function named by ``transform``."""
+        import importlib
+
+        module, _, func = self.transform.partition(":")
+        try:
+            return getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"cannot import transform {self.transform!r}: {e}",
+                              key=f"datasets.{self.name}.transform") from e
+
+
+# --- profiles -------------------------------------------------------------------------
+
+
+BROKER_USER = "loglake-broker"  # the embedded broker's own SCRAM user (loglake.kafka.security)
+# What ``kafka.security`` sets in each client's settings: ``client`` and ``spark`` may not set them too.
+_SECURITY_KEYS = {"client": ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
+                             "sasl.password", "ssl.ca.location"),
+                  "spark": ("security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.type",
+                            "ssl.truststore.location", "ssl.truststore.certificates")}
+
+
+def jaas_quote(value: str) -> str:
+    """``value`` as a quoted JAAS option value (Kafka's parser reads backslash escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def embedded_ca_file(home: Path) -> Path:
+    """The CA certificate loglake generates for the embedded broker of state directory ``home``."""
+    return Path(home) / "kafka" / "security" / "ca.pem"
+
+
+class KafkaSecurity(_Strict):
+    """SASL/SCRAM over TLS (listener SASL_SSL): who loglake's Kafka clients log in as, and
+    the CA that signed the brokers' certificates.
+
+    Both kinds of client take their settings from here — ``librdkafka`` for confluent-kafka,
+    ``java`` for Spark's Kafka source — so the two cannot disagree. ``password`` is a
+    ``SecretStr``: it shows as ``**********`` in any repr or log line.
+    """
+
+    protocol: Literal["SASL_SSL"] = "SASL_SSL"
+    mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"] = "SCRAM-SHA-512"
+    username: str
+    password: SecretStr
+    # null: the CA loglake generates for its embedded broker (<state>/kafka/security/ca.pem).
+    ca_file: str | None = None
+
+    @field_validator("username")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not _SCRAM_USER.match(v):
+            raise ValueError(f"{v!r} is not a SCRAM user name (letters, digits, '.', '_', '@' and '-')")
+        return v
+
+    @field_validator("password")
+    @classmethod
+    def _not_empty(cls, v: SecretStr) -> SecretStr:
+        if not v.get_secret_value():
+            raise ValueError("the password is empty (no silent empty secrets: set the environment variable "
+                             "this key references to the password)")
+        return v
+
+    def librdkafka(self, ca_file: str | None = None) -> dict[str, str]:
+        """confluent-kafka (librdkafka) settings; ``ca_file`` replaces a null ``ca_file``.
+
+        librdkafka checks the broker's host name against its certificate by default
+        (``ssl.endpoint.identification.algorithm=https``), as the Java client does."""
+        return {"security.protocol": self.protocol, "sasl.mechanism": self.mechanism,
+                "sasl.username": self.username, "sasl.password": self.password.get_secret_value(),
+                "ssl.ca.location": str(self.ca_file or ca_file)}
+
+    def java(self, ca_file: str | None = None) -> dict[str, str]:
+        """Java client settings (Spark's Kafka source takes them as ``kafka.<key>``)."""
+        jaas = (f"org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f"username={jaas_quote(self.username)} password={jaas_quote(self.password.get_secret_value())};")
+        return {"security.protocol": self.protocol, "sasl.mechanism": self.mechanism, "sasl.jaas.config": jaas,
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file or ca_file)}
+
+
+class KafkaSettings(_Strict):
+    bootstrap_servers: str = "localhost:9092"
+    embedded: bool = True
+    # How loglake's clients authenticate (SASL/SCRAM over TLS); null: plaintext, no login.
+    security: KafkaSecurity | None = None
+    # Extra librdkafka settings for confluent-kafka clients.
+    client: dict[str, str] = Field(default_factory=dict)
+    # Extra Java client settings for Spark's Kafka source (passed as kafka.<key>).
+    spark: dict[str, str] = Field(default_factory=dict)
+    # How loglake creates topics: replicas per partition, and how many must hold a record
+    # before the (acks=all) producer sees it acknowledged.
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _security_in_one_place(self) -> "KafkaSettings":
+        if self.security is None:
+            return self
+        for section, keys in _SECURITY_KEYS.items():
+            for key in keys:
+                if key in getattr(self, section):
+                    raise KeyedValueError(f"{section}.{key}", f"{key} is set by kafka.security (for both kinds of "
+                                                              f"client): remove it from kafka.{section}")
+        if not self.embedded and self.security.ca_file is None:
+            raise KeyedValueError("security.ca_file", "an external cluster needs the file of the CA that signed its "
+                                                      "brokers' certificates (loglake generates a CA only for its "
+                                                      "embedded broker)")
+        if self.embedded and self.security.ca_file is not None:
+            raise KeyedValueError("security.ca_file", "the embedded broker's certificate is signed by the CA loglake "
+                                                      "generates under the state directory: leave ca_file null")
+        if self.embedded and self.security.username == BROKER_USER:
+            raise KeyedValueError("security.username", f"{BROKER_USER!r} is the embedded broker's own user: "
+                                                       "choose another name")
+        return self
+
+    @model_validator(mode="after")
+    def _isr_fits(self) -> "KafkaSettings":
+        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+            raise KeyedValueError("min_insync_replicas", f"min_insync_replicas ({self.min_insync_replicas}) "
+                                  f"exceeds replication_factor ({self.replication_factor}): no write could succeed")
+        return self
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _hostports(cls, v: str) -> str:
+        for hp in v.split(","):
+            host, sep, port = hp.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"{hp!r} is not host:port (expected a comma-separated list of host:port)")
+        return v
+
+    @property
+    def port(self) -> int:
+        """Port of the first bootstrap server (the embedded broker listens there)."""
+        return self.ports[0]
+
+    @property
+    def ports(self) -> list[int]:
+        """The port of every bootstrap server (one per node of a local cluster)."""
+        return [int(hp.rpartition(":")[2]) for hp in self.bootstrap_servers.split(",")]
+
+
+class LakeSettings(_Strict):
+    root: str | None = None         # default: <state>/lake; any Hadoop-compatible URI
+    checkpoints: str | None = None  # default: <state>/checkpoints
+    # Where the dataset leases live (one writer per dataset, ``loglake.ledger.leases``): a directory
+    # every writer and stream can flock, so a filesystem path. Default: <root>/_loglake_locks,
+    # which only a filesystem lake has; an object-store lake needs it set (a shared mount).
+    locks: str | None = None
+
+    @model_validator(mode="after")
+    def _locks_on_a_filesystem(self) -> "LakeSettings":
+        if self.locks is not None and "://" in self.locks and not self.locks.startswith("file:"):
+            raise KeyedValueError("locks", f"{self.locks!r} is not a filesystem path (expected a directory every "
+                                  "writer mounts: leases are taken with flock)")
+        if self.locks is None and self.root and "://" in self.root and not self.root.startswith("file:"):
+            raise KeyedValueError("locks", f"the lake root {self.root} is an object store: set lake.locks to a "
+                                  "directory every writer mounts (the dataset leases need a filesystem)")
+        return self
+
+
+class SparkSettings(_Strict):
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    executor_memory: str | None = None  # a cluster's executors (default: Spark's, 1g)
+    conf: dict[str, str] = Field(default_factory=dict)
+    # `loglake up` runs one long-lived Spark application that the DAG tasks' and the CLI's
+    # batch-side jobs share (loglake.jobs.shared_app); false: each job is a spark-submit of its own.
+    shared_application: bool = True
+
+
+_MEMORY = re.compile(r"^\d+[kmgt]$")
+
+
+class LocalClusterSettings(_Strict):
+    """What ``loglake cluster up`` runs on this machine: one KRaft node per bootstrap server
+    of ``kafka.bootstrap_servers`` and a Spark standalone master at ``spark.master`` with
+    ``spark_workers`` workers."""
+
+    spark_workers: int = Field(default=2, ge=1)
+    worker_cores: int = Field(default=1, ge=1)
+    worker_memory: str = "1g"
+    kafka_heap: str = "512m"
+
+    @field_validator("worker_memory", "kafka_heap")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        if not _MEMORY.match(v):
+            raise ValueError(f"{v!r} is not a memory size such as '512m' or '2g'")
+        return v
+
+
+class SpeedSettings(_Strict):
+    trigger_interval: str = "5 seconds"
+    max_offsets_per_trigger: int = Field(default=100_000, ge=1)
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not _INTERVAL.match(v):
+            raise ValueError(f"{v!r} is not an interval such as '5 seconds' or '500 milliseconds'")
+        return v
+
+    @property
+    def trigger_seconds(self) -> float:
+        n, unit = _INTERVAL.match(self.trigger_interval).groups()
+        scale = 0.001 if unit.startswith("m") and unit not in ("min", "minute", "minutes") else (
+            60 if unit.startswith("min") else 1)
+        return float(n) * scale
+
+
+class Profile(_Strict):
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    lake: LakeSettings = Field(default_factory=LakeSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    speed: SpeedSettings = Field(default_factory=SpeedSettings)
+    # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster); with
+    # ``kafka.security`` its three nodes are secured as the embedded broker is.
+    local_cluster: LocalClusterSettings | None = None
+
+
+# --- the whole configuration ----------------------------------------------------------
+
+
+class Config:
+    """The loaded configuration: one profile and every dataset, plus derived paths."""
+
+    def __init__(self, profile_name: str, profile: Profile, datasets: dict[str, Dataset],
+                 home: Path, conf_dir: Path, env_refs: dict[str, str] | None = None):
+        self.profile_name = profile_name
+        self.profile = profile
+        self.datasets = datasets
+        self.home = home
+        self.conf_dir = conf_dir
+        # Profile key (``kafka.security.password``) → the environment variable its value came from.
+        self.env_refs = env_refs or {}
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self.profile.kafka
+
+    @property
+    def lake_root(self) -> str:
+        return self.profile.lake.root or str(self.home / "lake")
+
+    @property
+    def lock_root(self) -> str:
+        """Directory of the dataset leases (``lake.locks``, else beside the tables)."""
+        return (self.profile.lake.locks or f"{self.lake_root.rstrip('/')}/_loglake_locks").removeprefix("file:")
+
+    @property
+    def checkpoint_root(self) -> str:
+        return self.profile.lake.checkpoints or str(self.home / "checkpoints")
+
+    def dataset(self, name: str) -> Dataset:
+        try:
+            return self.datasets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.datasets)) or "none"
+            raise ConfigError(f"unknown dataset {name!r}; known datasets: {known}", key="dataset") from None
+
+    def table_path(self, dataset: Dataset | str, layer: str) -> str:
+        """Location of a dataset's table for ``layer`` (speed, batch, quarantine, latest)."""
+        ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
+        if layer not in LAYERS:
+            raise ValueError(f"layer must be one of {LAYERS}, not {layer!r}")
+        name = getattr(ds.tables, layer)
+        if name is None:
+            raise ConfigError(f"dataset {ds.name} has no {layer} table", key=f"datasets.{ds.name}.tables.{layer}")
+        schema, _, table = name.partition(".")
+        return f"{self.lake_root.rstrip('/')}/{schema}/{table}"
+
+    def system_table_path(self, table: SystemTable) -> str:
+        """Location of one of loglake's own tables (``loglake.core.contracts.LEDGER``, ...)."""
+        return table.path(self.lake_root)
+
+    def checkpoint_path(self, dataset: Dataset | str, job: str = "speed") -> str:
+        ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
+        return f"{self.checkpoint_root.rstrip('/')}/{job}/{ds.name}"
+
+    @property
+    def kafka_ca_file(self) -> str | None:
+        """The CA file loglake's Kafka clients trust: ``kafka.security.ca_file``, else (embedded
+        broker) the one loglake generated under the state directory (``<state>/cluster/`` for the
+        nodes of a local cluster, which share it); None without security."""
+        sec = self.kafka.security
+        if sec is None:
+            return None
+        return sec.ca_file or str(embedded_ca_file(self.broker_home))
+
+    @property
+    def broker_home(self) -> Path:
+        """Where the embedded broker's security files live under (``<home>/kafka/security``):
+        the state directory, or ``<state>/cluster`` for the local cluster's nodes."""
+        return self.home / "cluster" if self.profile.local_cluster is not None else self.home
+
+    def kafka_client_conf(self, **extra: Any) -> dict[str, Any]:
+        """Settings for a confluent-kafka client: bootstrap, security, then ``extra``.
+
+        librdkafka's log lines (retries, "Coordinator load in progress", ...) go to the
+        ``loglake.kafka`` Python logger instead of stderr: the CLI keeps them in its log file.
+        """
+        sec = self.kafka.security
+        security: dict[str, Any] = {}
+        if sec is not None:
+            # A refused login shows only as an error event: kept, so a failed call can name it.
+            security = {**sec.librdkafka(self.kafka_ca_file),
+                        "error_cb": refusal_recorder(self.kafka.bootstrap_servers)}
+        return {"bootstrap.servers": self.kafka.bootstrap_servers, "logger": logging.getLogger("loglake.kafka"),
+                **security, **self.kafka.client, **extra}
+
+    def kafka_java_conf(self) -> dict[str, str]:
+        """Java client settings for Spark's Kafka source (it takes each as ``kafka.<key>``):
+        security, then ``kafka.spark``. Built in the job's driver from its own environment,
+        so a password never travels on a command line."""
+        sec = self.kafka.security
+        return {**(sec.java(self.kafka_ca_file) if sec else {}), **self.kafka.spark}
+
+    def kafka_credentials_hint(self) -> str:
+        """Where the Kafka user and password of this profile come from (for error messages)."""
+        sec = self.kafka.security
+        if sec is None:
+            return f"profile {self.profile_name!r} has no kafka.security"
+        refs = [f"{k} from {v}" for k, v in ((k, self.env_refs.get(f"kafka.security.{k}")) for k in
+                                              ("username", "password")) if v]
+        return f"user {sec.username!r}, {sec.mechanism}, {', '.join([*refs, f'profile {self.profile_name}'])}"
+
+    def replace(self, *, profile: Profile | None = None, datasets: dict[str, Dataset] | None = None,
+                home: Path | None = None) -> "Config":
+        return Config(self.profile_name, profile or self.profile, datasets or self.datasets,
+                      home or self.home, self.conf_dir, self.env_refs)
+
+
+def _expand_env(value: Any, file: str, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand_env(v, file, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"environment variable {name} is not set (referenced as ${{{name}}})",
+                                  file=file, key=key)
+            return os.environ[name]
+        return _ENV_REF.sub(sub, value)
+    return value
+
+
+# Profile keys that hold a secret: conf/ may only name the environment variable it comes from.
+_SECRET_KEYS = ("kafka.security.password", "kafka.client.sasl.password", "kafka.spark.sasl.jaas.config")
+
+
+def _env_refs(value: Any, key: str = "") -> dict[str, str]:
+    """Dotted key → variable name, for each value that is exactly one ``${VAR}``."""
+    if isinstance(value, dict):
+        return {k2: v2 for k, v in value.items() for k2, v2 in _env_refs(v, f"{key}.{k}" if key else str(k)).items()}
+    if isinstance(value, str):
+        m = _ENV_REF.fullmatch(value.strip())
+        return {key: m.group(1)} if m else {}
+    return {}
+
+
+def _check_secrets_referenced(raw: dict, file: str, prefix: str) -> None:
+    """A secret written into conf/ is refused: it must come from the environment (``${VAR}``)."""
+    for dotted in _SECRET_KEYS:
+        value: Any = raw
+        for part in dotted.split(".", 2):  # kafka, section, key (client keys have dots of their own)
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if not isinstance(value, str) or not _ENV_REF.search(value):
+            raise ConfigError("a secret is written into conf/: reference an environment variable instead "
+                              "(e.g. ${LOGLAKE_KAFKA_PASSWORD}); conf/ is committed, the environment is not",
+                              file=file, key=f"{prefix}.{dotted}")
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}", file=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping at the top level, found {type(data).__name__}", file=str(path))
+    return data
+
+
+def _raise_validation(e: ValidationError, file: str, prefix: str = "") -> None:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
+    loc = loc.replace("schema_", "schema")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, KeyedValueError):
+        loc = ".".join(p for p in (loc, cause.key) if p)
+    key = ".".join(p for p in (prefix, loc) if p)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling against the README's configuration reference)"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    elif err["type"] == "literal_error":
+        msg = f"{msg}, found {err.get('input')!r}"
+    elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
+        msg = f"{msg}, found {err['input']!r}"
+    more = f" (and {len(e.errors()) - 1} more problem(s) in this file)" if len(e.errors()) > 1 else ""
+    raise ConfigError(msg + more, file=file, key=key) from None
+
+
+def load_dataset(path: Path) -> Dataset:
+    """Load and validate one dataset file; its name defaults to the file's stem."""
+    data = _read_yaml(path)
+    data.setdefault("name", path.stem)
+    if data["name"] != path.stem:
+        raise ConfigError(f"name {data['name']!r} differs from the file name {path.stem!r}",
+                          file=str(path), key="name")
+    data.setdefault("topic", data["name"])
+    name = data["name"]
+    tables = data.setdefault("tables", {})
+    if isinstance(tables, dict):
+        for layer in ("speed", "batch", "quarantine"):
+            tables.setdefault(layer, f"{layer}.{name}")
+        if data.get("kind") == "changelog":
+            tables.setdefault("latest", f"speed.{name}_latest")
+    try:
+        return Dataset.model_validate(data)
+    except ValidationError as e:
+        _raise_validation(e, str(path))
+        raise  # unreachable
+
+
+def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
+                overrides: dict[str, Any] | None = None, home: Path | str | None = None) -> Config:
+    """Load ``conf/`` and validate it.
+
+    What the conf says is checked against what the lake holds by ``loglake.ledger.schemas.check_all``
+    (a schema change the tables cannot take), which every entry point calls after this.
+
+    ``profile`` defaults to ``$LOGLAKE_PROFILE``, then the file's ``default_profile``.
+    ``overrides`` maps dotted profile keys to values (``{"kafka.bootstrap_servers": ...}``);
+    ``$LOGLAKE_KAFKA_BOOTSTRAP`` overrides ``kafka.bootstrap_servers``.
+    """
+    conf = Path(conf_dir) if conf_dir else paths.conf_dir()
+    main = conf / "loglake.yaml"
+    data = _read_yaml(main)
+    unknown = set(data) - {"default_profile", "profiles"}
+    if unknown:
+        raise ConfigError("unknown key (expected default_profile, profiles)", file=str(main),
+                          key=sorted(unknown)[0])
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, dict) or not profiles:
+        raise ConfigError("expected a mapping of profile name to settings", file=str(main), key="profiles")
+    name = profile or os.environ.get("LOGLAKE_PROFILE") or data.get("default_profile") or "local"
+    if name not in profiles:
+        raise ConfigError(f"unknown profile {name!r}; known profiles: {', '.join(profiles)}",
+                          file=str(main), key="default_profile" if not profile else "profile")
+    _check_secrets_referenced(profiles[name] or {}, str(main), f"profiles.{name}")
+    env_refs = _env_refs(profiles[name] or {})
+    for dotted in _SECRET_KEYS:
+        var = env_refs.get(dotted)
+        if var and os.environ.get(var) == "":
+            raise ConfigError(f"environment variable {var} is empty (referenced as ${{{var}}}): set it to the "
+                              "secret (an empty one is never assumed)", file=str(main), key=f"profiles.{name}.{dotted}")
+    raw = _expand_env(profiles[name] or {}, str(main), f"profiles.{name}")
+    merged = dict(overrides or {})
+    if os.environ.get("LOGLAKE_KAFKA_BOOTSTRAP"):
+        merged.setdefault("kafka.bootstrap_servers", os.environ["LOGLAKE_KAFKA_BOOTSTRAP"])
+    for dotted, value in merged.items():
+        section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"
+        if leaf:
+            raw[section] = {**(raw.get(section) or {}), leaf: value}
+        else:
+            raw[section] = value
+    try:
+        prof = Profile.model_validate(raw)
+    except ValidationError as e:
+        _raise_validation(e, str(main), f"profiles.{name}")
+        raise
+    datasets: dict[str, Dataset] = {}
+    topics: dict[str, str] = {}
+    for path in sorted((conf / "datasets").glob("*.yaml")):
+        ds = load_dataset(path)
+        if ds.topic in topics:
+            raise ConfigError(f"topic {ds.topic!r} is already used by dataset {topics[ds.topic]!r}",
+                              file=str(path), key="topic")
+        topics[ds.topic] = ds.name
+        datasets[ds.name] = ds
+    home_path = Path(home) if home else paths.state_home()
+    return Config(name, prof, datasets, home_path, conf, env_refs)

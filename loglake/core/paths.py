@@ -1,0 +1,59 @@
+"""Where loglake keeps things: the repo, the state directory and the jar cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CODE_PACKAGES = ("loglake", "spark_jobs")
+
+
+def code_files() -> list[Path]:
+    """The project's Python code that Spark jobs run: ``loglake/`` and ``spark_jobs/``."""
+    return sorted(f for pkg in CODE_PACKAGES for f in (REPO_ROOT / pkg).rglob("*.py"))
+
+
+def code_digest() -> str:
+    """A hash of ``code_files``: which code a process runs (the shared Spark application
+    refuses jobs of other code; a cluster's code archive is named by it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in code_files():
+        digest.update(str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def state_home() -> Path:
+    """The state directory: ``$LOGLAKE_HOME`` or ``.loglake/`` in the repo."""
+    env = os.environ.get("LOGLAKE_HOME")
+    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".loglake"
+
+
+def cache_home() -> Path:
+    """The jar cache, outside the repo: ``$LOGLAKE_CACHE`` or ``~/.cache/loglake``."""
+    env = os.environ.get("LOGLAKE_CACHE")
+    return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "loglake"
+
+
+def jar_dir(kind: str) -> Path:
+    """Directory of resolved jars for ``kind`` (``kafka`` or ``spark``)."""
+    return cache_home() / "jars" / kind
+
+
+def jars(kind: str) -> list[Path]:
+    """The resolved jars of ``kind``; a clear error when setup has not run."""
+    from loglake.core.errors import SetupError
+
+    d = jar_dir(kind)
+    found = sorted(d.glob("*.jar")) if d.is_dir() else []
+    if not found:
+        raise SetupError(f"no {kind} jars under {d}: run `make setup` (it resolves them from Maven Central)")
+    return found
+
+
+def conf_dir() -> Path:
+    """The configuration directory: ``$LOGLAKE_CONF`` or ``conf/`` in the repo."""
+    env = os.environ.get("LOGLAKE_CONF")
+    return Path(env).expanduser().resolve() if env else REPO_ROOT / "conf"

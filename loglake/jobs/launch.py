@@ -1,0 +1,266 @@
+"""Launching loglake's Spark jobs: Spark settings, spark-submit command lines, and runs.
+
+One place for how a job is submitted — the CLI runs it here (``run_job``), the Airflow
+operator takes ``submit_spec`` — so both submit the same application with the same jars,
+settings and environment, and read its answer through ``loglake.jobs.protocol``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from loglake.core import paths
+from loglake.core.config import Config
+from loglake.jobs.protocol import JobRequest, read_summary_file
+
+
+def spark_home() -> Path:
+    """The pyspark wheel of this interpreter's environment: Spark's bin/ and jars/."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec("pyspark").origin).parent
+
+
+def spark_submit_bin() -> str:
+    """The spark-submit shipped in the pyspark wheel."""
+    return str(spark_home() / "bin" / "spark-submit")
+
+
+def log4j_file() -> Path:
+    """The log4j2 file of the conf dir in use, else the repo's (a conf dir may omit it)."""
+    own = paths.conf_dir() / "log4j2-spark.properties"
+    return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
+
+
+# Java's CDS lines (an archive made by another build, a class path that differs): never on a
+# job's output; the JVM then simply starts without the archive.
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
+
+
+@functools.lru_cache(maxsize=1)
+def cds_archive() -> Path:
+    """Where the class-data sharing archive for this Java and this pyspark install lives
+    (``loglake.jobs.cds`` makes it at setup; it may not exist)."""
+    import hashlib
+
+    from loglake.local.broker import java_executable
+    from loglake.core.errors import SetupError
+
+    try:
+        version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
+    except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
+        version = "none"
+    jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join([version, str(spark_home()), *jars]).encode()).hexdigest()[:16]
+    return paths.cache_home() / "cds" / f"spark-{key}.jsa"
+
+
+def spark_conf(config: Config) -> dict[str, str]:
+    """Spark settings loglake needs (Delta extension and catalog, jars), then the profile's."""
+    log4j = f"-Dlog4j2.configurationFile={log4j_file()}"
+    # Long-lived drivers (the streams, the shared application) give memory they no longer use
+    # back to the machine: a periodic GC when idle, and the heap shrunk to what it holds.
+    jvm = f"{log4j} -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+    if cds_archive().exists():  # the driver maps Spark's classes ready-parsed (loglake.jobs.cds)
+        jvm += f" -XX:SharedArchiveFile={cds_archive()} {CDS_QUIET}"
+    conf = {
+        "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.memory": config.profile.spark.driver_memory,
+        # Python workers must use the venv's interpreter, not whatever python3 is on PATH.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Timestamps are stored and shown in UTC whatever the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+        # Delta rebuilds a table's state with this many tasks; 50 (the default) is pure
+        # overhead for loglake's tables on a few cores.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # A JSON object with a repeated key: the last one wins, in from_json and in VARIANT
+        # parsing alike (spark_jobs.parse relies on both agreeing).
+        "spark.sql.variant.allowDuplicateKeys": "true",
+        # No stage progress bars: a job's output is its log, a command's output its answer.
+        "spark.ui.showConsoleProgress": "false",
+        # Warnings and errors only (Spark's INFO start-up chatter drowns what matters).
+        "spark.driver.extraJavaOptions": jvm,
+    }
+    if config.profile.spark.executor_memory:
+        conf["spark.executor.memory"] = config.profile.spark.executor_memory
+    if not is_local(config):
+        conf["spark.executor.extraJavaOptions"] = log4j
+    for key, value in config.profile.spark.conf.items():
+        # The profile's JVM options come after loglake's (its logging, the class archive), not
+        # instead of them; a later option of the same name wins in the JVM.
+        if key in _JAVA_OPTIONS and conf.get(key):
+            value = f"{conf[key]} {value}"
+        conf[key] = value
+    return conf
+
+
+_JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def is_local(config: Config) -> bool:
+    """Whether the profile's Spark runs inside the driver (``local[...]``): no executors elsewhere."""
+    return config.profile.spark.master.startswith("local")
+
+
+def loopback(config: Config) -> bool:
+    """Driver and executors all on this machine: bind the driver to loopback."""
+    master = config.profile.spark.master
+    return is_local(config) or master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
+
+
+def code_archive(config: Config) -> Path:
+    """The project's Python code as one zip for ``--py-files``: how it reaches a cluster's
+    executors (they do not share the driver's checkout). Named by a hash of its content,
+    built once per change under ``<state>/dist``."""
+    import zipfile
+
+    target = config.home / "dist" / f"loglake-code-{paths.code_digest()}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in paths.code_files():
+                z.write(f, str(f.relative_to(paths.REPO_ROOT)))
+        tmp.replace(target)
+    return target
+
+
+def job_env(config: Config) -> dict[str, str]:
+    """Environment for a job process: venv Python for workers, repo on the path, same state."""
+    env = dict(os.environ)
+    env.update({
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.REPO_ROOT), env.get("PYTHONPATH")])),
+        "LOGLAKE_HOME": str(config.home),
+        "LOGLAKE_CONF": str(config.conf_dir),
+        "LOGLAKE_PROFILE": config.profile_name,
+        "LOGLAKE_UNDER_SPARK_SUBMIT": "1",
+    })
+    if loopback(config):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool]:
+    """Start the shared Spark application (``loglake.jobs.shared_app``) unless it runs, supervised
+    like a speed stream; (pid, whether started now). With ``wait``, until it answers."""
+    from loglake.jobs import shared_app
+    from loglake.core.processes import wait_for
+
+    managed = shared_app.process(config)
+    running = managed.pid()
+    if running:
+        return running, False
+    shared_app.address_file(config).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "loglake.core.processes",
+           *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "server.py"), [], "loglake-jobs",
+                           {"spark.scheduler.mode": "FAIR"})]
+    pid = managed.start(cmd, env=job_env(config))
+    if wait:
+        wait_for(lambda: shared_app.ping(config), wait, "the shared Spark application to answer", interval=0.5,
+                 log=managed)
+    return pid, True
+
+
+def application(job: str) -> str:
+    """The file spark-submit runs for ``job``."""
+    return str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py")
+
+
+def spark_submit(config: Config, request: JobRequest) -> list[str]:
+    """``spark-submit`` for ``request`` with the profile's master, jars and settings."""
+    return submit_command(config, application(request.job), request.argv(), f"loglake-{request.job}")
+
+
+def submit_command(config: Config, app: str, argv: list[str], name: str,
+                   extra: dict[str, str] | None = None) -> list[str]:
+    """``spark-submit`` of ``app`` with ``argv``: the profile's master, jars and settings
+    (then ``extra``)."""
+    conf = {**spark_conf(config), **(extra or {})}
+    cmd = [spark_submit_bin(), "--master", config.profile.spark.master,
+           "--driver-memory", conf.pop("spark.driver.memory"),
+           "--jars", conf.pop("spark.jars"), "--name", name]
+    if not is_local(config):
+        cmd += ["--py-files", str(code_archive(config))]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    return cmd + [app, *argv]
+
+
+def submit_spec(config: Config, job: str) -> dict:
+    """What SparkSubmitOperator needs to run ``job`` like ``spark_submit`` does.
+
+    The driver's memory travels as ``spark.driver.memory`` in ``conf``: spark-submit's
+    launcher sizes the driver JVM from it in client mode, as from ``--driver-memory``.
+    """
+    conf = spark_conf(config)
+    env = job_env(config)
+    keep = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "LOGLAKE_HOME", "LOGLAKE_CONF",
+            "LOGLAKE_PROFILE", "LOGLAKE_UNDER_SPARK_SUBMIT", "SPARK_LOCAL_IP", "LOGLAKE_CACHE", "JAVA_HOME", "PATH")
+    return {
+        "application": application(job),
+        "py_files": None if is_local(config) else str(code_archive(config)),
+        "jars": conf.pop("spark.jars"),
+        "conf": conf,
+        "env_vars": {k: env[k] for k in keep if k in env},
+        "name": f"loglake-{job}",
+    }
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job run ended: exit code, its summary (None if it said nothing), its log."""
+
+    code: int
+    summary: dict | None
+    log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and self.summary is not None and "error" not in self.summary
+
+
+def job_log(config: Config, request: JobRequest) -> Path:
+    """Where a CLI-run job's output goes: ``<state>/logs/jobs/<job>-<dataset>-<time>.log``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    return config.home / "logs" / "jobs" / f"{request.job}-{request.dataset}-{stamp}.log"
+
+
+def run_job(config: Config, request: JobRequest) -> JobOutcome:
+    """Run ``request`` and wait: in the shared Spark application when it runs
+    (``loglake.jobs.shared_app``), else under spark-submit. Its output goes to a log file (JVM and
+    Spark warnings included), its answer comes back as the summary."""
+    from loglake.jobs import shared_app
+    from loglake.ledger.leases import current_token
+
+    log = job_log(config, request)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if request.progress_file:
+        Path(request.progress_file).parent.mkdir(parents=True, exist_ok=True)
+    if request.job in shared_app.SERVED:
+        with open(log, "a") as out:
+            def output(text: str) -> None:
+                out.write(text)
+                out.flush()
+
+            shared = shared_app.submit(config, request, output, lease=current_token())
+        if shared is not None:
+            return JobOutcome(shared[0], shared[1], log)
+    summary_file = log.with_suffix(".summary")
+    request = request.with_summary_file(summary_file)
+    with open(log, "ab") as out:
+        proc = subprocess.run(spark_submit(config, request), env=job_env(config), stdout=out,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    summary = read_summary_file(summary_file)
+    summary_file.unlink(missing_ok=True)
+    return JobOutcome(proc.returncode, summary, log)

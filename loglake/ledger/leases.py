@@ -1,0 +1,331 @@
+"""One writer per dataset: a lease that batch runs, backfills, maintenance and loglake's
+commands take before they write a dataset's tables, so they take turns instead of
+failing each other's Delta commits.
+
+The lease is a small JSON file per dataset in ``lake.locks`` (default: ``_loglake_locks/``
+under a filesystem lake root; an object-store lake names a shared mount there):
+holder (operation, run id), host, pid, token, when it was taken and until when it holds.
+Reading and changing it happens under an exclusive ``flock`` of a guard file beside it,
+so taking, renewing, breaking and releasing are atomic on a filesystem shared by every
+writer (one machine, or a shared mount). The holder renews the lease from a thread every
+few seconds; a holder that crashed stops renewing and its lease is broken once expired —
+at once when it ran on this host and its pid is gone. A crashed holder never blocks for
+ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
+the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease; a job the
+shared Spark application runs for a holder gets it with the request (``inherited``), and
+the lease of each job thread stays its own (``_TOKEN``, a context variable).
+
+The speed stream is not a holder: it appends while the others run. Delta lets a commit
+that only adds files (the stream's appends, an OPTIMIZE) land beside any other; but the
+tables are not partitioned and Delta's isolation is Serializable, so a commit that *read*
+a table — a DELETE, a ``replaceWhere`` overwrite — fails (``ConcurrentAppendException``)
+whenever an append landed while it ran, whatever rows either touched; under a stream that
+appends every second, every retry fails the same way. So a holder about to make such a
+commit on a table the stream appends to (maintenance's expiry, a re-run's quarantine
+rows) pauses the stream's appends for that commit (``appends_paused``): the stream holds
+its next micro-batch (``wait_while_paused``) until the request is gone, expired, or its
+holder died. A batch the stream had already begun still lands; the commit it fails is
+retried, and by then the stream waits.
+
+An object-store lake root keeps its leases on a filesystem all writers mount
+(``lake.locks``): flock needs one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from loglake.core.errors import JobCancelled, StreamRunningError, WriterBusyError, describe_holder
+
+TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
+TTL_SECONDS = 60.0
+RENEW_SECONDS = 10.0
+# How long a writer waits for the holder before failing (transient: Airflow retries it).
+DEFAULT_WAIT_SECONDS = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", "900"))
+# The lease this thread writes under: the environment is the whole process's, and the shared
+# Spark application runs several jobs at once (each in its own thread).
+_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loglake_lock_token", default=None)
+
+
+def lock_dir(config) -> Path:
+    """``lake.locks``: a filesystem every writer shares (beside the tables by default)."""
+    return Path(config.lock_root)
+
+
+def _created(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _running(pid: int, created: float | None) -> bool:
+    """Process ``pid`` runs, and is the same process (same start time: pids are reused)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and (created is None or proc.create_time() == created)
+    except psutil.Error:
+        return False
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class DatasetLock:
+    """The lease of one dataset."""
+
+    def __init__(self, config, dataset: str):
+        self.dataset = dataset
+        self.dir = lock_dir(config)
+        self.path = self.dir / f"{dataset}.json"
+        self.guard = self.dir / f"{dataset}.guard"
+
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.guard, "a") as g:
+            fcntl.flock(g, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(g, fcntl.LOCK_UN)
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write(self, holder: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(holder))
+        tmp.replace(self.path)
+
+    @staticmethod
+    def stale(holder: dict, now: float | None = None) -> bool:
+        """Expired, or held by a process of this host that is gone."""
+        if (now or _now()) > holder.get("expires", 0):
+            return True
+        if holder.get("host") == socket.gethostname():
+            return not _running(int(holder.get("pid", 0)), holder.get("created"))
+        return False
+
+    def holder(self) -> dict | None:
+        """The live holder, or None (a stale lease counts as free)."""
+        with self._guarded():
+            held = self._read()
+        return None if held is None or self.stale(held) else held
+
+    def try_acquire(self, operation: str, run_id: str | None = None,
+                    token: str | None = None) -> tuple[str | None, dict | None, bool]:
+        """(token, None, nested): taken, or already held under ``token`` (nested: by a parent);
+        (None, holder, False): someone else holds it."""
+        with self._guarded():
+            held = self._read()
+            if held is not None and not self.stale(held):
+                if token and held.get("token") == token:
+                    return token, None, True
+                return None, held, False
+            token = uuid.uuid4().hex
+            now = _now()
+            self._write({"dataset": self.dataset, "operation": operation, "run_id": run_id, "token": token,
+                         "host": socket.gethostname(), "pid": os.getpid(), "created": _created(os.getpid()),
+                         "acquired_at": _iso(now),
+                         "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)})
+            return token, None, False
+
+    def renew(self, token: str) -> bool:
+        with self._guarded():
+            held = self._read()
+            if held is None or held.get("token") != token:
+                return False
+            now = _now()
+            held.update(expires=now + TTL_SECONDS, expires_at=_iso(now + TTL_SECONDS))
+            self._write(held)
+            return True
+
+    def release(self, token: str) -> None:
+        with self._guarded():
+            held = self._read()
+            if held is not None and held.get("token") == token:
+                self.path.unlink(missing_ok=True)
+
+
+def current_token() -> str | None:
+    """The lease this thread (or this process, from its parent) writes under, if any."""
+    return _TOKEN.get() or os.environ.get(TOKEN_ENV)
+
+
+@contextmanager
+def writer(config, dataset: str, operation: str, run_id: str | None = None,
+           wait_seconds: float | None = None, say=None, inherited: str | None = None,
+           export: bool = True, cancel: threading.Event | None = None) -> Iterator[str]:
+    """Hold the dataset's lease for the block (waiting up to ``wait_seconds`` for another
+    holder); yields the token, also set in ``LOGLAKE_LOCK_TOKEN`` for the jobs it starts
+    (unless ``export`` is false: a thread of a process that runs several jobs at once).
+    ``cancel`` set while it waits (the job's caller went away): ``JobCancelled`` at once,
+    the lease never taken.
+
+    Re-entrant through the token: inside a holder (``inherited``, else this thread's lease,
+    else the token in the environment), the block runs under the same lease and leaves it to
+    its owner.
+    """
+    if wait_seconds is None:
+        wait_seconds = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
+    lock = DatasetLock(config, dataset)
+    inherited = inherited or _TOKEN.get() or (os.environ.get(TOKEN_ENV) if export else None)
+    cancel = cancel or threading.Event()  # never set: its wait is a plain sleep
+    started = time.monotonic()
+    told = False
+    while True:
+        if cancel.is_set():
+            raise JobCancelled(dataset, "its caller went away while it waited for the dataset's lease")
+        token, held, nested = lock.try_acquire(operation, run_id, inherited)
+        if token:
+            break
+        waited = time.monotonic() - started
+        if waited >= wait_seconds:
+            raise WriterBusyError(dataset, held, waited)
+        if not told:
+            (say or (lambda m: print(m, file=sys.stderr, flush=True)))(
+                f"loglake: {dataset} is being written by {describe_holder(held)}; waiting (up to {wait_seconds:.0f}s)")
+            told = True
+        cancel.wait(min(1.0, max(0.05, wait_seconds - waited)))
+    if nested:
+        mark = _TOKEN.set(token)
+        try:
+            yield token  # under a holder (our parent, or this process already): it renews and releases
+        finally:
+            _TOKEN.reset(mark)
+        return
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_SECONDS):
+            if not lock.renew(token):
+                return
+
+    thread = threading.Thread(target=renew, name=f"loglake-lease-{dataset}", daemon=True)
+    thread.start()
+    before = os.environ.get(TOKEN_ENV)
+    if export:
+        os.environ[TOKEN_ENV] = token
+    mark = _TOKEN.set(token)
+    try:
+        yield token
+    finally:
+        stop.set()
+        _TOKEN.reset(mark)
+        if export:
+            if before is None:
+                os.environ.pop(TOKEN_ENV, None)
+            else:
+                os.environ[TOKEN_ENV] = before
+        lock.release(token)
+
+
+@contextmanager
+def stream_lease(config, dataset: str) -> Iterator[None]:
+    """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError`` at once:
+    one stream per dataset (its micro-batches after the first are appended without Delta's
+    transaction check, ``spark_jobs.speed.process_batch``). An ``flock`` on a file of
+    ``lake.locks``: the kernel lets go when the holder's process ends, however it ends."""
+    directory = lock_dir(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{dataset}.stream"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise StreamRunningError(dataset, f.read().strip()) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {_iso(_now())}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def holders(config, datasets) -> dict[str, dict]:
+    """Dataset → its live lease holder, for ``loglake status`` and the loglake page."""
+    out = {}
+    for name in datasets:
+        try:
+            held = DatasetLock(config, name).holder()
+        except OSError:
+            held = None
+        if held:
+            out[name] = held
+    return out
+
+
+# A pause request outlives no holder: its pid is checked (this host), and it expires anyway.
+PAUSE_TTL_SECONDS = 900.0
+
+
+def _pause_path(config, dataset: str) -> Path:
+    return lock_dir(config) / f"{dataset}.pause-appends.json"
+
+
+@contextmanager
+def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECONDS) -> Iterator[None]:
+    """Ask the speed stream of ``dataset`` to hold its appends while the block runs (see the
+    module's docstring). Only the dataset's writer (the lease holder) asks."""
+    path = _pause_path(config, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = _now()
+    request = {"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
+               "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
+               "expires_at": _iso(now + ttl)}
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(request))
+    tmp.replace(path)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def appends_pause(config, dataset: str) -> dict | None:
+    """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
+    try:
+        request = json.loads(_pause_path(config, dataset).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return None if DatasetLock.stale(request) else request
+
+
+def wait_while_paused(config, dataset: str, poll: float = 0.2) -> tuple[float, dict | None]:
+    """Block while the stream's appends of ``dataset`` are paused: (seconds waited, the request
+    waited for). Bounded: a request expires, and one whose holder died counts as gone."""
+    first = appends_pause(config, dataset)
+    if first is None:
+        return 0.0, None
+    started = time.monotonic()
+    while appends_pause(config, dataset) is not None:
+        time.sleep(poll)
+    return time.monotonic() - started, first

@@ -1,0 +1,460 @@
+"""A single-node Kafka (KRaft, broker and controller in one JVM) for local runs and tests.
+
+The broker runs from the jars ``python -m loglake.local.jars`` resolves (``jars("kafka")``),
+as a detached process (its own session), so it outlives the Python process that started
+it; any later process can find it again through the pid file and stop it. Everything
+lives under ``home``::
+
+    home/kafka/server.properties, log4j2.xml, cluster.id   written by us
+    home/kafka/data/                                       the log (survives restarts)
+    home/kafka/security/                                   with ``security``: CA, certificate, the
+                                                           broker's own password (loglake.kafka.security)
+    home/logs/kafka.log                                    JVM stdout/stderr + log4j2
+    home/run/kafka.pid
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loglake.core.errors import PortInUseError, ProcessError, SetupError
+from loglake.core.paths import jars
+from loglake.core.processes import command_line, free_port, port_open
+
+if TYPE_CHECKING:
+    from loglake.kafka.security import BrokerSecurity
+
+# Console appender -> the JVM's stdout, which start() redirects into kafka.log: one
+# writer for the file, so JVM crashes and log4j2 lines interleave in order.
+LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="stdout" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="stdout"/></Root>
+    <!-- Per-request lines: far too chatty at INFO. -->
+    <Logger name="kafka.request.logger" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+_START_MARK = "=== loglake: starting"  # written to kafka.log before each start
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
+_ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
+    return found
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid text form: URL-safe base64 of 16 random bytes, no padding. Kafka itself
+    # avoids ids starting with '-', which CLI parsers would take for an option.
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+class EmbeddedKafka:
+    """One KRaft broker+controller on ``localhost:port`` with its data under ``home/"kafka"``."""
+
+    def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m",
+                 *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None,
+                 security: BrokerSecurity | None = None):
+        """``voters`` (node id → controller port) and ``cluster_id`` make this one node of a
+        cluster (``loglake.local.cluster``); without them it is a cluster of its own. ``security``:
+        SASL/SCRAM over TLS on the client port (``loglake.kafka.security``) instead of plaintext."""
+        self.home = Path(home).absolute()  # the pid check matches this path in the command line
+        self.port = port
+        self.node_id = node_id
+        self.voters = voters
+        self.cluster_id = cluster_id
+        # The controller listener is internal (nothing connects to it from outside the JVM):
+        # any free port will do, and start() takes another one when it was taken meanwhile.
+        self.controller_port = controller_port if controller_port is not None else free_port()
+        self.heap = heap
+        self.security = security
+        self.kafka_dir = self.home / "kafka"
+        self.data_dir = self.kafka_dir / "data"
+        self.props_path = self.kafka_dir / "server.properties"
+        self.log4j_path = self.kafka_dir / "log4j2.xml"
+        self.cluster_id_path = self.kafka_dir / "cluster.id"
+        self.log_path = self.home / "logs" / "kafka.log"
+        self.pid_path = self.home / "run" / "kafka.pid"
+        self._proc: subprocess.Popen | None = None  # set when this object started the JVM
+
+    @classmethod
+    def on_free_ports(cls, home: Path, heap: str = "512m", attempts: int = 3, timeout: float = 60.0,
+                      ports=None, security: BrokerSecurity | None = None) -> EmbeddedKafka:
+        """A started broker on ports free right now (tests, benchmarks, soak). A free port can
+        be taken by another process before the broker binds it: then again on fresh ones, up to
+        ``attempts`` times. ``ports`` (an iterator of client ports) replaces the OS's choice."""
+        ports = ports if ports is not None else iter(free_port, None)
+        for attempt in range(1, attempts + 1):
+            kafka = cls(home, port=next(ports), heap=heap, security=security)
+            try:
+                kafka.start(timeout=timeout)
+                return kafka
+            except PortInUseError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"localhost:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"EmbeddedKafka(home={str(self.home)!r}, bootstrap={self.bootstrap!r})"
+
+    def __enter__(self) -> EmbeddedKafka:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's pid if it is running (stale pid files are removed)."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        # A pid is ours only if that process is our JVM: pids get reused after a crash
+        # or reboot, and we must never signal an unrelated process.
+        cmd = command_line(pid)
+        if cmd and "kafka.Kafka" in cmd and str(self.props_path) in cmd:
+            return pid
+        self.pid_path.unlink(missing_ok=True)
+        return None
+
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    def answers(self, timeout: float = 2.0) -> bool:
+        """True when the broker accepts connections and (with confluent_kafka) returns metadata
+        in which it leads every partition."""
+        if not port_open(self.port, timeout=min(timeout, 0.5)):
+            return False
+        try:
+            from confluent_kafka.admin import AdminClient
+        except ImportError:
+            return True  # the TCP listener is the best we can check without a client
+        # log_level 0: a broker still starting makes librdkafka print connection errors.
+        admin = AdminClient(self.admin_conf(log_level=0))
+        try:
+            md = admin.list_topics(timeout=timeout)
+        except Exception:
+            return False
+        # After a restart the broker answers before it leads its partitions again (they
+        # report no leader, or an error, while the logs load): ready only once it leads them all.
+        if not md.brokers or not all(p.error is None and p.leader >= 0
+                                     for t in md.topics.values() for p in t.partitions.values()):
+            return False
+        # Metadata can name the leader before its log is loaded (a ListOffsets then answers
+        # NOT_LEADER_FOR_PARTITION): ready once every partition answers one.
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, m in md.topics.items() for p in m.partitions}
+        if not wanted:
+            return True
+        try:
+            for fut in admin.list_offsets(wanted, request_timeout=timeout).values():
+                fut.result(timeout=timeout)
+        except Exception:
+            return False
+        return True
+
+    def admin_conf(self, **extra) -> dict:
+        """librdkafka settings that reach this broker (as its own user when it is secured)."""
+        if self.security is not None:
+            return self.security.admin_conf(self.bootstrap, **extra)
+        return {"bootstrap.servers": self.bootstrap, **extra}
+
+    def log_tail(self, n: int = 30) -> str:
+        """The last ``n`` lines of kafka.log written since the latest start."""
+        if not self.log_path.exists():
+            return f"(no log at {self.log_path})"
+        return "\n".join(self._since_start()[-n:])
+
+    def _since_start(self) -> list[str]:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        starts = [i for i, line in enumerate(lines) if line.startswith(_START_MARK)]
+        return lines[starts[-1] if starts else 0:]
+
+    def _port_taken(self) -> int | None:
+        """The port the broker failed to bind in its latest start, if that is why it exited."""
+        for line in self._since_start():
+            m = _BIND_FAILED.search(line)
+            if m:
+                return int(m.group(1))
+        return None
+
+    def _first_error(self) -> str:
+        """Kafka's first ERROR line since the latest start (its cause), else the log's last lines."""
+        lines = self._since_start()
+        for i, line in enumerate(lines):
+            if " ERROR " in line:
+                cause = next((c.strip() for c in lines[i + 1:] if c.startswith("Caused by:")), "")
+                return f"its error: {line.strip()}" + (f"\n  {cause}" if cause else "")
+        return f"last lines:\n{self.log_tail()}"
+
+    # -- start / stop ---------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> None:
+        """Start the broker and wait until it answers a metadata request. Idempotent.
+
+        The client port is the broker's address: taken by another process, it is a
+        ``PortInUseError`` naming it. The controller port is internal: taken (between the
+        choice of a free port and the JVM's bind, by any process's outgoing connection), the
+        broker starts again on a fresh one, up to ``attempts`` times."""
+        deadline = time.monotonic() + timeout
+        if self.is_running():
+            self._wait_ready(deadline, timeout)  # perhaps started a moment ago elsewhere
+            self._set_users()
+            return
+        for attempt in range(1, attempts + 1):
+            if port_open(self.port):
+                raise PortInUseError(f"cannot start Kafka on {self.bootstrap}: localhost:{self.port} is already "
+                                     f"in use", self.port)
+            if port_open(self.controller_port):
+                self.controller_port = free_port()
+            try:
+                self._start_once(deadline, timeout)
+                self._set_users()
+                return
+            except PortInUseError as e:
+                if e.port != self.controller_port or attempt == attempts:
+                    raise
+                self.controller_port = free_port()
+
+    def _set_users(self) -> None:
+        """A secured broker: the client user's SCRAM credential, with the password configured now."""
+        if self.security is not None:
+            self.security.set_client_user(self.bootstrap)
+
+    def _start_once(self, deadline: float, timeout: float) -> None:
+        self.launch()
+        try:
+            self._wait_ready(deadline, timeout)
+        except ProcessError:
+            self.stop(timeout=5)
+            raise
+
+    def launch(self) -> None:
+        """Start the JVM without waiting for it to answer (the nodes of a cluster answer only
+        once a quorum of them runs); ``start`` waits."""
+        java = java_executable()
+        classpath = os.pathsep.join(str(j) for j in jars("kafka"))
+        self._write_config()
+        if not (self.data_dir / "meta.properties").exists():
+            self._format(java, classpath)
+        elif self.security is not None and not self.security.formatted.exists():
+            raise ProcessError(f"the Kafka data in {self.data_dir} was formatted without loglake's SCRAM user for "
+                               f"this broker (by a plaintext profile, or before {self.security.directory} was "
+                               f"deleted): a secured broker needs a state directory of its own (LOGLAKE_HOME)")
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.exists() and self.log_path.stat().st_size > _ROTATE_BYTES:
+            self.log_path.replace(self.log_path.with_suffix(".log.1"))
+        cmd = [
+            java, f"-Xmx{self.heap}", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j_path}",
+            # Log4j's own shutdown hook would race Kafka's and drop the shutdown log.
+            "-Dlog4j2.shutdownHookEnabled=false",
+            "-cp", classpath, "kafka.Kafka", str(self.props_path),
+        ]
+        with self.log_path.open("a") as log:
+            log.write(f"\n{_START_MARK} Kafka on {self.bootstrap} at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
+            log.flush()
+            # New session: Ctrl-C in the caller's terminal does not reach the broker, and
+            # stop() can signal the JVM's whole process group.
+            self._proc = subprocess.Popen(
+                cmd, cwd=self.kafka_dir, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        tmp = self.pid_path.with_suffix(".tmp")
+        tmp.write_text(f"{self._proc.pid}\n")
+        tmp.replace(self.pid_path)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the broker answers (after ``launch``)."""
+        self._wait_ready(time.monotonic() + timeout, timeout)
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                taken = self._port_taken()
+                if taken is not None:
+                    raise PortInUseError(f"cannot start Kafka on {self.bootstrap}: localhost:{taken} is already in use "
+                                         f"(log: {self.log_path})", taken)
+                raise ProcessError(
+                    f"Kafka exited with code {self._proc.returncode} while starting "
+                    f"(log: {self.log_path}); {self._first_error()}"
+                )
+            if self._proc is None and not self.is_running():
+                raise ProcessError(f"Kafka (pid file {self.pid_path}) died while starting; last lines:\n{self.log_tail()}")
+            left = deadline - time.monotonic()
+            if self.answers(timeout=max(0.5, min(2.0, left))):
+                return
+            if time.monotonic() >= deadline:
+                raise ProcessError(
+                    f"Kafka did not answer on {self.bootstrap} within {timeout:.0f} s "
+                    f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the broker's process group; SIGKILL after ``timeout``. No-op if not running."""
+        pid = self.pid
+        if pid is None:
+            if self._proc is not None:
+                self._proc.poll()  # reap our child if someone else stopped it
+                self._proc = None
+            return
+        # start_new_session made the JVM a group leader; signal the group so nothing lingers.
+        try:
+            kill = os.killpg if os.getpgid(pid) == pid else os.kill
+            kill(pid, signal.SIGTERM)  # Kafka's shutdown hook: controlled shutdown, flushes logs
+            if not self._wait_exit(pid, timeout):
+                kill(pid, signal.SIGKILL)
+                if not self._wait_exit(pid, 10):
+                    raise ProcessError(f"Kafka pid {pid} survived SIGKILL")
+        except ProcessLookupError:
+            pass  # exited between the check and the signal
+        self.pid_path.unlink(missing_ok=True)
+        self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no controlled shutdown, no flush). No-op if not running."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            (os.killpg if os.getpgid(pid) == pid else os.kill)(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not self._wait_exit(pid, 10):
+            raise ProcessError(f"Kafka pid {pid} survived SIGKILL")
+        self.pid_path.unlink(missing_ok=True)
+        self._proc = None
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            try:
+                self._proc.wait(timeout)  # reaps our child, so it does not linger as a zombie
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while command_line(pid) is not None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    # -- files ----------------------------------------------------------------------
+
+    def _write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.security is not None:
+            self.security.prepare()
+        voters = self.voters or {self.node_id: self.controller_port}
+        rf, isr = str(min(3, len(voters))), str(min(2, len(voters)))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            # Static quorum: the voter set comes from this file, not from the formatted
+            # storage, so ports may change between restarts.
+            "controller.quorum.voters": ",".join(f"{n}@localhost:{p}" for n, p in sorted(voters.items())),
+            "listeners": f"PLAINTEXT://localhost:{self.port},CONTROLLER://localhost:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://localhost:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            # Topics are created on purpose, with their partition count; a typo must fail.
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            # Replicas as the nodes allow (one broker cannot hold the default 3): every partition
+            # on up to three nodes, a write acknowledged once up to two hold it, and a replica
+            # that missed writes never becomes leader (it would drop them).
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "unclean.leader.election.enable": "false",
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+            # Consumers join at once instead of waiting 3 s for more members.
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        if self.security is not None:
+            props.update(self.security.server_properties(self.port, self.controller_port,
+                                                         props["controller.quorum.voters"]))
+        text = "# Written by loglake.local.broker on every start; edits are lost.\n"
+        text += "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
+        if self.security is not None:
+            # The inter-broker listener's JAAS holds the broker user's password: owner only.
+            from loglake.kafka.security import write_private
+
+            write_private(self.props_path, text.encode())
+        else:
+            self.props_path.write_text(text)
+        self.log4j_path.write_text(LOG4J2_XML)
+
+    def _format(self, java: str, classpath: str) -> None:
+        """Format the storage once; the cluster id is generated once and kept."""
+        if self.cluster_id:
+            cluster_id = self.cluster_id
+        elif self.cluster_id_path.exists():
+            cluster_id = self.cluster_id_path.read_text().strip()
+        else:
+            cluster_id = _new_cluster_id()
+            self.cluster_id_path.write_text(cluster_id + "\n")
+        cmd = [java, f"-Xmx{self.heap}", f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
+               "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
+        if self.security is None:
+            res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        else:
+            # The broker user's SCRAM credential: in an argument file, not on the command line.
+            with self.security.format_arguments() as argfile:
+                res = subprocess.run(cmd + [argfile], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if res.returncode == 0:
+                self.security.formatted.touch()
+        if res.returncode != 0:
+            raise ProcessError(f"formatting Kafka storage in {self.data_dir} failed:\n{res.stdout}{res.stderr}")
+
+
+def _escape_property(value: str) -> str:
+    """``value`` as a Java properties file reads it back (backslashes are escapes there)."""
+    return value.replace("\\", "\\\\")

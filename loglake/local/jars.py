@@ -1,0 +1,247 @@
+"""Resolve the JVM jars loglake needs from Maven Central: ``python -m loglake.local.jars``.
+
+Two sets, each described by a POM in ``setup/`` and copied into ``jar_dir(kind)`` (under
+the cache, outside the repo):
+
+- ``kafka``: the embedded KRaft broker (``loglake.local.broker``);
+- ``spark``: what PySpark 4.0.0 lacks for Kafka -> Delta (passed as ``spark.jars``).
+
+Stdlib only, so it runs before (or without) the venv. Repeated runs are no-ops: a stamp
+in the jar dir holds a hash of the POM and the Maven arguments. Jars are copied into a
+temporary directory that is renamed into place only when complete, so a failed or
+interrupted run never leaves a jar dir that looks usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loglake.core.errors import SetupError
+from loglake.core.paths import REPO_ROOT, cache_home, jar_dir
+
+KINDS = ("kafka", "spark")
+CENTRAL = "https://repo.maven.apache.org/maven2"
+STAMP = ".loglake-stamp"  # not *.jar, so paths.jars() never lists it
+
+# Spark's parent POM declares a repository unreachable from here; mirroring every
+# repository to Central avoids slow failed look-ups (FIELD-NOTES.md).
+SETTINGS_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by loglake.local.jars: every repository is fetched from Maven Central. -->
+<settings>
+  <mirrors>
+    <mirror>
+      <id>loglake-central</id>
+      <mirrorOf>*</mirrorOf>
+      <url>{CENTRAL}</url>
+    </mirror>
+  </mirrors>
+</settings>
+"""
+
+# Maven's ways of saying which artifact failed, most specific first. Each captures a
+# G:A[:type]:V coordinate (or, for the last one, the whole detail).
+_FAILURE_PATTERNS = [
+    re.compile(r"Could not find artifact (\S+)"),
+    re.compile(r"Failed to read artifact descriptor for (\S+)"),
+    re.compile(r"Could not transfer artifact (\S+)"),
+    re.compile(r"Plugin (\S+) or one of its dependencies could not be resolved"),
+    re.compile(r"Failed to collect dependencies at (.+?)(?::\s|$)"),
+    re.compile(r"Could not resolve dependencies for project \S+: (.+?)(?: -> \[Help|$)"),
+]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# Jars pyspark ships itself: a second copy in the spark set would shadow or clash.
+_JAR_NAME = re.compile(r"^(?P<name>.+?)-(?P<version>\d+\.\d+[^_]*)\.jar$")
+
+
+def pom_path(kind: str) -> Path:
+    return REPO_ROOT / "setup" / f"pom-{kind}.xml"
+
+
+def settings_path() -> Path:
+    return cache_home() / "maven-settings.xml"
+
+
+def log_path(kind: str) -> Path:
+    return cache_home() / "logs" / f"mvn-{kind}.log"
+
+
+def mvn_args(kind: str, settings: Path, out: Path) -> list[str]:
+    # -U: re-check artifacts a previous failed run marked missing in ~/.m2 (else Maven
+    # refuses to retry until the "update interval" elapses). style.color: plain log.
+    return [
+        "-B", "-q", "-U", "-Dstyle.color=never",
+        "-s", str(settings), "-f", str(pom_path(kind)),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={out}", "-DincludeScope=runtime",
+    ]
+
+
+def stamp_value(kind: str) -> str:
+    """Hash of what decides the jar set: the POM and the fixed Maven arguments."""
+    h = hashlib.sha256(pom_path(kind).read_bytes())
+    h.update(" ".join(mvn_args(kind, Path("S"), Path("O"))).encode())
+    return h.hexdigest()
+
+
+def is_current(kind: str) -> bool:
+    """True when the jar dir is complete and was made from the current POM."""
+    d = jar_dir(kind)
+    stamp = d / STAMP
+    try:
+        return stamp.read_text().strip() == stamp_value(kind) and any(d.glob("*.jar"))
+    except OSError:
+        return False
+
+
+def maven_error(output: str) -> str:
+    """Maven's first non-empty [ERROR] line, without the boilerplate around it."""
+    for line in _ANSI.sub("", output).splitlines():
+        line = line.strip()
+        if line.startswith("[ERROR]") and line.removeprefix("[ERROR]").strip():
+            line = line.removeprefix("[ERROR]").strip()
+            return re.sub(r"^Failed to execute goal on project \S+: | -> \[Help \d+\]$", "", line)
+    return ""
+
+
+def failed_artifact(output: str) -> str:
+    """The artifact (or failure detail) Maven names in ``output``; '' if none."""
+    text = _ANSI.sub("", output)
+    for pattern in _FAILURE_PATTERNS:
+        m = pattern.search(text)
+        if m:
+            return m.group(1).strip().rstrip(":")
+    return maven_error(text)
+
+
+def check_spark_set(jar_names: list[str]) -> list[str]:
+    """Problems with the spark set against the installed pyspark's own jars.
+
+    Returns messages for jars that pyspark already ships in another version (a
+    conflicting duplicate on the classpath); [] when pyspark is not importable here.
+    """
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    shipped_dir = Path(list(spec.submodule_search_locations)[0]) / "jars"
+    shipped = {}
+    for p in shipped_dir.glob("*.jar"):
+        m = _JAR_NAME.match(p.name)
+        if m:
+            shipped[m["name"]] = m["version"]
+    problems = []
+    for name in jar_names:
+        m = _JAR_NAME.match(name)
+        if m and m["name"] in shipped:
+            problems.append(f"{name} duplicates pyspark's {m['name']}-{shipped[m['name']]}.jar ({shipped_dir})")
+    return problems
+
+
+def resolve(kind: str, force: bool = False) -> tuple[list[Path], bool]:
+    """Make ``jar_dir(kind)`` hold the resolved jars; returns (jars, from_cache)."""
+    if kind not in KINDS:
+        raise SetupError(f"unknown jar set {kind!r}; expected one of {', '.join(KINDS)}")
+    final = jar_dir(kind)
+    if not force and is_current(kind):
+        return sorted(final.glob("*.jar")), True
+    cache_home().mkdir(parents=True, exist_ok=True)
+    # One resolver at a time: concurrent runs would race on the temp dirs and the rename.
+    with (cache_home() / ".setup_jvm.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and is_current(kind):  # another run finished it while we waited
+            return sorted(final.glob("*.jar")), True
+        return _resolve_locked(kind, final), False
+
+
+def _resolve_locked(kind: str, final: Path) -> list[Path]:
+    """Run Maven into a temp dir, check the result, then rename it over ``final``."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise SetupError("`mvn` not found on PATH: install Maven 3.8+ (and a JDK 17) to resolve the jars")
+    settings = settings_path()
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    if not settings.exists() or settings.read_text() != SETTINGS_XML:
+        settings.write_text(SETTINGS_XML)
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in final.parent.glob(f".{kind}.*-*"):  # from a run that was killed
+        shutil.rmtree(leftover, ignore_errors=True)
+    tmp = final.parent / f".{kind}.tmp-{os.getpid()}"
+    log = log_path(kind)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        cmd = [mvn, *mvn_args(kind, settings, tmp)]
+        with log.open("w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        if rc != 0:
+            output = log.read_text(errors="replace")
+            what = failed_artifact(output) or f"mvn exited with {rc}"
+            raise SetupError(
+                f"Maven could not resolve {what} (for the {kind} jar set)\n"
+                f"  Maven said: {maven_error(output) or '(nothing; see the log)'}\n"
+                f"  POM: {pom_path(kind)}\n  Maven log: {log}\n"
+                f"  (check the version exists on {CENTRAL}: mvn dependency:get -Dartifact=G:A:V)"
+            )
+        got = sorted(p.name for p in tmp.glob("*.jar"))
+        if not got:
+            raise SetupError(f"Maven resolved no jars for {kind} from {pom_path(kind)}; log: {log}")
+        if kind == "spark":
+            problems = check_spark_set(got)
+            if problems:
+                raise SetupError(
+                    "the spark jar set clashes with the jars pyspark ships; add exclusions to "
+                    f"{pom_path(kind)}:\n  " + "\n  ".join(problems)
+                )
+        (tmp / STAMP).write_text(stamp_value(kind) + "\n")  # written last: marks completeness
+        # Swap in: the old dir (if any) moves aside first, so `final` is never half-filled.
+        old = final.parent / f".{kind}.old-{os.getpid()}"
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(final.glob("*.jar"))
+
+
+def _mb(paths: list[Path]) -> float:
+    return sum(p.stat().st_size for p in paths) / 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loglake.local.jars", description=__doc__.splitlines()[0])
+    ap.add_argument("kinds", nargs="*", metavar="KIND", help=f"jar sets to resolve (default: {' '.join(KINDS)})")
+    ap.add_argument("--force", action="store_true", help="resolve again even when the stamp matches")
+    args = ap.parse_args(argv)
+
+    failed = 0
+    for kind in args.kinds or KINDS:
+        t0 = time.monotonic()
+        try:
+            found, cached = resolve(kind, force=args.force)
+        except SetupError as e:
+            print(f"jars: {kind} FAILED: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        if cached:
+            print(f"jars: {kind} ok ({len(found)} jars, cached)")
+        else:
+            took = time.monotonic() - t0
+            print(f"jars: {kind} ok ({len(found)} jars, {_mb(found):.1f} MB, resolved in {took:.1f} s) -> {jar_dir(kind)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

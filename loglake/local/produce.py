@@ -1,0 +1,299 @@
+"""Generate realistic events (and, on request, malformed ones) and produce them to Kafka."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterator
+
+from confluent_kafka import KafkaException, Producer
+
+from loglake.core.config import Config, Dataset
+from loglake.kafka.admin import ensure_topic
+
+Record = tuple[bytes | None, bytes | None]  # (key, value)
+
+_SOURCES_WEIGHTED = (["search"] * 50 + ["recommendation"] * 25 + ["email"] * 10
+                     + ["company_page"] * 10 + ["direct"] * 5)
+_FIRST = ["Ada", "Grace", "Satya", "Lisa", "Jensen", "Mary", "Tim", "Sundar", "Andy", "Safra", "Reed", "Arvind"]
+_LAST = ["Lovelace", "Hopper", "Nadella", "Su", "Huang", "Barra", "Cook", "Pichai", "Jassy", "Catz", "Hastings"]
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _job_view(rng: random.Random, now: datetime) -> tuple[str, dict]:
+    user = int(rng.paretovariate(1.2) * 10) % 50_000 + 1  # a few heavy users, a long tail
+    value = {
+        "view_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "user_id": user,
+        "job_id": rng.randint(1, 200_000),
+        "viewed_at": _iso(now - timedelta(milliseconds=rng.randint(0, 5_000))),
+        "source": rng.choice(_SOURCES_WEIGHTED),
+        "duration_ms": min(int(rng.lognormvariate(9.5, 1.0)), 86_400_000),
+    }
+    return str(user), value
+
+
+def _company_ceo(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
+    n = rng.randint(1, 200)
+    cid = f"c{n}"
+    if rng.random() < 0.05:
+        return cid, None  # tombstone: the company is gone
+    return cid, {
+        "company_id": cid,
+        "company": f"Company {n}",
+        "ceo": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
+        "since": _iso(now - timedelta(days=rng.randint(0, 3650))),
+    }
+
+
+def _field_value(spec, rng: random.Random, now: datetime):
+    """A valid value of a field, from its type and rules."""
+    if spec.enum:
+        return rng.choice(spec.enum)
+    if spec.type == "long":
+        lo, hi = int(spec.min if spec.min is not None else 0), int(spec.max if spec.max is not None else 10**6)
+        return rng.randint(lo, hi)
+    if spec.type == "double":
+        return rng.uniform(spec.min or 0.0, spec.max if spec.max is not None else 1000.0)
+    if spec.type == "boolean":
+        return rng.random() < 0.5
+    if spec.type == "timestamp":
+        return _iso(now)
+    return uuid.UUID(int=rng.getrandbits(128), version=4).hex
+
+
+def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict]]:
+    """A schema-driven generator for datasets without a hand-written one."""
+    def gen(rng: random.Random, now: datetime) -> tuple[str, dict]:
+        value = {name: _field_value(spec, rng, now) for name, spec in ds.fields.items()}
+        return str(value[ds.key]), value
+    return gen
+
+
+def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
+    """A hand-written generator, plus a value for each field the dataset's schema gained since
+    it was written (a schema change: ``loglake.ledger.schemas``)."""
+    def more(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
+        key, value = gen(rng, now)
+        if value is not None:
+            for name, spec in ds.fields.items():
+                if name not in value:
+                    value[name] = _field_value(spec, rng, now)
+        return key, value
+    return more
+
+
+GENERATORS: dict[str, Callable] = {"job_views": _job_view, "company_ceos": _company_ceo}
+
+
+def malformed(ds: Dataset, rng: random.Random, key: str, value: dict) -> Record:
+    """Break a good record in one of the ways the speed layer must quarantine."""
+    name = rng.choice(list(ds.fields))
+    spec = ds.fields[name]
+    kinds = ["bad_json", "missing_field", "wrong_type", "not_an_object"]
+    if ds.kind == "events":
+        kinds.append("null_value")
+    if spec.enum or spec.min is not None or spec.max is not None:
+        kinds.append("out_of_domain")
+    kind = rng.choice(kinds)
+    bad = dict(value)
+    if kind == "bad_json":
+        return key.encode(), json.dumps(value).encode()[:-3]
+    if kind == "null_value":
+        return key.encode(), None
+    if kind == "not_an_object":
+        return key.encode(), json.dumps(list(value.values())).encode()
+    if kind == "missing_field":
+        bad.pop(name)
+    elif kind == "wrong_type":
+        # A string where a number belongs, a number where a string belongs.
+        bad[name] = str(bad[name]) if spec.type in ("long", "double", "boolean") else 12345
+    elif kind == "out_of_domain":
+        bad[name] = ("carrier_pigeon" if spec.type == "string" else
+                     (spec.min - 1 if spec.min is not None else spec.max + 1))
+        if spec.type == "long":
+            bad[name] = int(bad[name])
+    return key.encode(), json.dumps(bad).encode()
+
+
+@dataclass
+class ProduceResult:
+    """What a read_committed consumer sees of a produce run (``records``, ``good``, ``bad``,
+    ``tombstones``, ``by_partition``, ``last_value``), and what it never sees: ``aborted``
+    records of ``aborted_transactions`` (a transactional run)."""
+
+    records: int = 0
+    good: int = 0
+    bad: int = 0
+    tombstones: int = 0
+    transactions: int = 0
+    aborted_transactions: int = 0
+    aborted: int = 0
+    seconds: float = 0.0
+    by_partition: dict[int, int] = field(default_factory=dict)
+    last_value: dict[str, dict | None] = field(default_factory=dict)  # changelog: key → newest value
+
+    @property
+    def rate(self) -> float:
+        """Records written per second, those of aborted transactions too."""
+        return (self.records + self.aborted) / self.seconds if self.seconds > 0 else 0.0
+
+
+def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None) -> Iterator[tuple[Record, bool]]:
+    """``count`` records of ``ds``: exactly ``round(count * bad_fraction)`` malformed ones."""
+    if not 0.0 <= bad_fraction <= 1.0:
+        raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
+    rng = random.Random(seed)
+    gen = _with_added_fields(ds, GENERATORS[ds.name]) if ds.name in GENERATORS else _generic(ds)
+    n_bad = round(count * bad_fraction)
+    bad_at = set(rng.sample(range(count), n_bad)) if n_bad else set()
+    now = datetime.now(timezone.utc)
+    for i in range(count):
+        key, value = gen(rng, now)
+        if i in bad_at:
+            if value is None:  # a tombstone cannot be broken further; break a fresh record
+                key, value = gen(rng, now)
+                while value is None:
+                    key, value = gen(rng, now)
+            yield malformed(ds, rng, key, value), False
+        else:
+            yield (key.encode(), None if value is None else json.dumps(value).encode()), True
+
+
+def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
+            seed: int | None = None, topic: str | None = None, progress: bool = False,
+            acked: list[tuple[int, int]] | None = None, transactional: bool = False,
+            transaction_size: int = 100, abort_every: int = 3) -> ProduceResult:
+    """Produce ``count`` generated records to the dataset's topic (created if missing).
+
+    Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
+    duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing;
+    ``acked`` (if given) receives ``(partition, offset)`` of every acknowledged record a
+    read_committed consumer sees.
+
+    ``transactional``: as an exactly-once producer (Kafka Streams, Flink) writes, in
+    transactions of ``transaction_size`` records, every ``abort_every``-th one aborted after
+    its records reached the log (0: none). The log then holds commit/abort markers and
+    aborted records: offsets no read_committed consumer is given. The result counts only
+    the committed records (``aborted`` the others).
+    """
+    if transactional and transaction_size < 1:
+        raise ValueError(f"transaction_size must be at least 1, found {transaction_size}")
+    if transactional and abort_every < 0:
+        raise ValueError(f"abort_every must be 0 (never) or more, found {abort_every}")
+    topic = ensure_topic(config, ds, topic)
+    settings = {
+        # librdkafka does not default to idempotence; without it a retried send can duplicate.
+        "enable.idempotence": True,
+        "acks": "all",
+        # Batch for throughput: a few ms of linger fills batches at high rates.
+        "linger.ms": 20,
+        "compression.type": "lz4",
+    }
+    if transactional:
+        # A fresh id per run: no other producer of this id is fenced, none fences this one.
+        settings["transactional.id"] = f"loglake-produce-{ds.name}-{uuid.uuid4().hex[:12]}"
+    producer = Producer(config.kafka_client_conf(**settings))
+    result = ProduceResult()
+    errors: list[str] = []
+    # Acknowledged records of the open transaction: counted once it commits.
+    pending: list[tuple[int, int]] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        elif transactional:
+            pending.append((msg.partition(), msg.offset()))
+        else:
+            _count_delivered(result, [(msg.partition(), msg.offset())], acked)
+
+    # Per record of the open transaction: (key, value, ok), counted when it commits.
+    in_txn: list[tuple[bytes | None, bytes | None, bool]] = []
+
+    def end_transaction(abort: bool) -> None:
+        if abort:
+            producer.flush(60)  # in the log first: an abort purges what is still queued
+            producer.abort_transaction(60)
+            result.aborted_transactions += 1
+            result.aborted += len(in_txn)
+            pending.clear()
+        else:
+            producer.commit_transaction(60)  # flushes: every delivery report is in
+            for key, value, ok in in_txn:
+                _count_record(result, ds, key, value, ok)
+            _count_delivered(result, pending, acked)
+            pending.clear()
+        result.transactions += 1
+        in_txn.clear()
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=count, unit="rec", file=sys.stderr, desc=f"produce {ds.name}")
+    start = time.monotonic()
+    try:
+        if transactional:
+            producer.init_transactions(60)
+            producer.begin_transaction()
+        for i, ((key, value), ok) in enumerate(generate(ds, count, bad_fraction, seed)):
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:  # local queue full: let deliveries drain
+                    producer.poll(0.05)
+            producer.poll(0)
+            if transactional:
+                in_txn.append((key, value, ok))
+                if len(in_txn) == transaction_size or i == count - 1:
+                    n = result.transactions + 1
+                    end_transaction(abort=bool(abort_every) and n % abort_every == 0)
+                    if i < count - 1:
+                        producer.begin_transaction()
+            else:
+                _count_record(result, ds, key, value, ok)
+            if bar is not None and (i + 1) % 1000 == 0:
+                bar.update(1000)
+            if rate:
+                ahead = (i + 1) / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+        remaining = producer.flush(60)
+        if remaining:
+            raise KafkaException(f"{remaining} records were not delivered within 60 s")
+    finally:
+        if bar is not None:
+            bar.update(count - bar.n)
+            bar.close()
+    result.seconds = time.monotonic() - start
+    if errors:
+        raise KafkaException(f"{len(errors)} records failed delivery; first: {errors[0]}")
+    return result
+
+
+def _count_record(result: ProduceResult, ds: Dataset, key: bytes | None, value: bytes | None, ok: bool) -> None:
+    result.records += 1
+    if ok:
+        result.good += 1
+        if value is None:
+            result.tombstones += 1
+        if ds.kind == "changelog":
+            result.last_value[key.decode()] = None if value is None else json.loads(value)
+    else:
+        result.bad += 1
+
+
+def _count_delivered(result: ProduceResult, delivered: list[tuple[int, int]],
+                     acked: list[tuple[int, int]] | None) -> None:
+    for p, o in delivered:
+        result.by_partition[p] = result.by_partition.get(p, 0) + 1
+        if acked is not None:
+            acked.append((p, o))

@@ -1,0 +1,213 @@
+"""The whole platform on one machine: Kafka, every dataset's speed stream, the shared Spark
+application of the batch-side jobs, Airflow.
+
+``up`` starts what is not running (each part is idempotent), ``down`` stops everything
+by process group, ``status`` shows every process and, per dataset and partition, the log
+end offset, the speed layer's position and the batch watermark. Used by
+``loglake up|down|status``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from loglake.core.config import Config
+from loglake.core.errors import LoglakeError
+from loglake.core.processes import state_label
+from loglake.core.retrying import retry_transient
+from loglake.speed.streams import orphans, streams
+
+
+def broker(config: Config):
+    """The embedded Kafka broker of ``config`` (its state directory and port; SASL/SCRAM over
+    TLS when the profile has ``kafka.security``)."""
+    from loglake.local.broker import EmbeddedKafka
+
+    security = None
+    if config.kafka.security is not None:
+        from loglake.kafka.security import BrokerSecurity
+
+        security = BrokerSecurity(config.home, config.kafka.security)
+    return EmbeddedKafka(config.home, port=config.kafka.port, security=security)
+
+
+def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:
+    """Start the speed stream of ``name`` (every dataset by default) unless it runs; print each."""
+    started = streams(config, name)
+    for s in started:
+        pid, new = s.start()
+        print(f"speed {s.ds.name}: {'started' if new else 'already running'} (pid {pid}"
+              f"{f', log {s.process.log_file}' if new else ''})")
+    if wait:
+        for s in started:
+            s.wait_first_batch(wait)
+
+
+def stop_streams(config: Config, name: str | None = None) -> None:
+    """Stop the stream of ``name`` (every stream by default, also those of datasets since
+    removed from conf/); print each."""
+    for s in streams(config, name):
+        print(f"speed {s.ds.name}: {'stopped' if s.stop() else 'not running'}")
+    for process in [] if name else orphans(config):
+        process.stop()
+        print(f"{process.name}: stopped (its dataset is no longer in conf/)")
+
+
+def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):
+    from loglake.local.airflow_standalone import EmbeddedAirflow
+
+    return EmbeddedAirflow(config, port, dags_paused=dags_paused)
+
+
+def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) -> int:
+    """Start Kafka (if embedded), create missing topics, start the speed streams, the shared
+    Spark application and Airflow."""
+    from loglake.local.airflow_standalone import ADMIN_USER, password_file
+    from loglake.kafka.admin import ensure_topic, list_topics
+
+    t0 = time.monotonic()
+    if config.profile.local_cluster is not None:
+        from loglake.local.cluster import LocalCluster
+
+        LocalCluster(config).up(timeout=timeout)
+        for ds in config.datasets.values():
+            ensure_topic(config, ds)
+    elif config.kafka.embedded:
+        kafka = broker(config)
+        was = kafka.is_running()
+        kafka.start()
+        print(f"kafka: {'already running' if was else 'started'} at {kafka.bootstrap} "
+              f"(log {config.home / 'logs' / 'kafka.log'})")
+        for ds in config.datasets.values():
+            ensure_topic(config, ds)
+    else:
+        print(f"kafka: external cluster {config.kafka.bootstrap_servers}")
+        missing = [ds.topic for ds in config.datasets.values() if ds.topic not in list_topics(config)]
+        if missing:
+            print(f"  topics not created yet: {', '.join(missing)} (their speed streams wait for them)")
+    start_streams(config)
+    if config.profile.spark.shared_application:
+        # Before Airflow: its scheduler runs a due run's first tasks even before Airflow reports
+        # healthy, and a task that comes while the application starts waits for it
+        # (loglake.jobs.shared_app.submit), whereas one that comes before it was started at all runs
+        # under spark-submit: a second JVM starting beside it on the same cores.
+        from loglake.jobs import shared_app
+        from loglake.jobs.launch import start_shared_application
+
+        pid, new = start_shared_application(config)
+        print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
+              f"of the batch-side jobs, log {shared_app.process(config).log_file})")
+
+    # Unpaused: the scheduled batch DAG runs without anyone switching it on.
+    airflow = _airflow(config, airflow_port, dags_paused=False)
+    if airflow.status(timeout=2)["components"]["scheduler"]["alive"] and airflow.datasets_changed():
+        print("airflow: restarting: the datasets in conf/ changed (the DAGs' forms list them)")
+    seconds = airflow.start(timeout)
+    print(f"airflow: healthy after {seconds:.1f}s at {airflow.url} (logs {config.home / 'logs'}/airflow-*.log)")
+    print(f"  log in as {ADMIN_USER} with password {airflow.password()} (kept in {password_file(airflow.home)})")
+    print(f"loglake is up ({time.monotonic() - t0:.1f}s): `loglake status` shows it, `loglake down` stops it")
+    return 0
+
+
+def down(config: Config) -> int:
+    """Stop Airflow (first, so no job starts), the speed streams, then the embedded broker."""
+    from loglake.jobs import shared_app
+
+    stopped = _airflow(config).stop()
+    print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
+    print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
+    stop_streams(config)
+    if config.profile.local_cluster is not None:
+        from loglake.local.cluster import LocalCluster
+
+        LocalCluster(config).down()
+    elif config.kafka.embedded:
+        kafka = broker(config)
+        running = kafka.is_running()
+        kafka.stop()
+        print("kafka: stopped" if running else "kafka: not running")
+    return 0
+
+
+def status(config: Config) -> int:
+    """Every process, then per dataset and partition: end offset, speed position, batch watermark.
+
+    Returns 0 when every process is running (and Airflow is healthy), 1 otherwise.
+    """
+    from confluent_kafka import KafkaException
+
+    ok = True
+    print("processes:")
+    kafka_up = True
+    if config.profile.local_cluster is not None:
+        from loglake.local.cluster import LocalCluster
+
+        cluster = LocalCluster(config)
+        cluster_ok, lines = cluster.status_lines()
+        ok &= cluster_ok
+        kafka_up = any(n.pid for n in cluster.kafka_nodes())
+        print("\n".join("  " + line.strip() for line in lines))
+    elif config.kafka.embedded:
+        kafka = broker(config)
+        pid = kafka.pid
+        kafka_up = pid is not None
+        ok &= kafka_up
+        print(f"  kafka                  {state_label(pid)}  {kafka.bootstrap}")
+    else:
+        print(f"  kafka                  external            {config.kafka.bootstrap_servers}")
+    for stream in streams(config):
+        pid = stream.pid()
+        ok &= pid is not None
+        failed = None if pid else stream.failure()
+        print(f"  {'speed-' + stream.ds.name:<22} {state_label(pid)}"
+              + (f"  by a permanent error (not restarted): {failed['error_type']}: "
+                 f"{failed['error'].splitlines()[0]}" if failed else ""))
+    if config.profile.spark.shared_application:
+        from loglake.jobs import shared_app
+
+        state = shared_app.state(config)
+        ok &= state.startswith("running")
+        print(f"  {'spark-jobs':<22} {state}")
+    airflow = _airflow(config)
+    st = airflow.status()
+    for c, info in st["components"].items():
+        ok &= info["alive"]
+        health = f"  {info['health']}" if info["health"] else ""
+        print(f"  {'airflow-' + c:<22} {state_label(info['pid'])}{health}")
+    ok &= st["healthy"]
+    print(f"  airflow UI             {st['url']} ({'healthy' if st['healthy'] else 'not answering or unhealthy'})")
+
+    print("datasets (per partition: log end, speed position and lag, batch watermark):")
+    for ds in config.datasets.values():
+        if not kafka_up:
+            print(f"{ds.name} ({ds.topic}): kafka is not running")
+            continue
+        try:
+            print("\n".join(_dataset_lines(config, ds)))
+        except (LoglakeError, KafkaException) as e:
+            print(f"{ds.name} ({ds.topic}): {e}")
+    # Loaded without the schema check (status must show everything): a refused change is said here.
+    from loglake.ledger.schemas import SchemaChangeError, check
+
+    for ds in config.datasets.values():
+        try:
+            check(config, ds)
+        except SchemaChangeError as e:
+            print(f"loglake: error: {e}", file=sys.stderr)
+            ok = False
+    return 0 if ok else 1
+
+
+def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
+    """``format_status`` lines of ``ds``, retried while Kafka says "not yet".
+
+    Right after a broker starts, reading committed offsets answers NOT_COORDINATOR (or
+    "loading") for a few seconds: transient, so retried with backoff, like commits are.
+    """
+    from loglake.ops.status import dataset_status, format_status
+
+    return retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
+                           seconds=timeout)
+
+

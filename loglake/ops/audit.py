@@ -1,0 +1,402 @@
+"""Offset-coverage audit: every offset Kafka retains lands exactly once in the tables.
+
+Per partition p, with W_p the batch watermark and S_p the speed layer's committed position:
+
+- batch part ``[earliest, W_p)``: each retained offset exactly once in ``batch.<ds>`` ∪
+  the ``_layer = 'batch'`` rows of ``quarantine.<ds>``. A changelog's batch table is the
+  latest state by key, so there each offset must be accounted for exactly once as
+  quarantined, as its key's row, as superseded, or as a deleted key
+  (``loglake.ops.coverage.check_latest_state``);
+- speed part ``[W_p (earliest if none), S_p)``: each retained offset exactly once in
+  ``speed.<ds>`` ∪ the ``_layer = 'speed'`` quarantine rows (a changelog's speed table
+  keeps every valid change, tombstones included, so the same rule applies).
+
+Both at the versions readers are served (``loglake.ledger.snapshots.pin``) and at the tables' newest
+versions, where those differ: a write loglake did not make (a notebook, another tool) is in
+the newest version long before anything serves it, and a publish refuses to serve it
+(``spark_jobs.system_tables.serving_versions``); the audit says which version is damaged and
+lists such commits of the batch and quarantine tables since the served versions.
+
+No JVM: the log is read with confluent-kafka, the tables with delta-rs. Reading order is
+what makes it race-free while the stream and batch jobs run: the log's offsets first,
+then the speed position, then the watermarks, then the tables. Both layers commit their
+rows to Delta before they record a position, so the tables read last hold at least
+everything below the positions read before them; rows past the positions are ignored. The newest versions are read after the served ones, in the
+same order (speed side, ledger, batch).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from array import array
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from loglake.core.config import Config, Dataset
+from loglake.ops.coverage import Coverage, check_exactly_once, check_latest_state, describe_sample
+from loglake.ops.coverage import sample as first_offsets
+from loglake.core.errors import KafkaUnavailableError
+from loglake.ledger.snapshots import DatasetSnapshot
+
+STALL_SECONDS = 30.0  # no record and no end-of-partition for this long: the broker is gone
+
+
+@dataclass
+class LogPartition:
+    """What one partition of the log holds below a limit: offsets, and for changelogs the
+    record keys and whether each record is a tombstone (null value)."""
+
+    offsets: np.ndarray
+    keys: list[str | None] | None = None
+    tombstone: np.ndarray | None = None
+
+
+def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], keys: bool = False) -> dict[int, LogPartition]:
+    """The offsets the log actually holds in ``[start, end)`` per partition (``ranges``).
+
+    Offsets need not be contiguous (transaction markers, compaction), so they are read,
+    never computed from end - start. ``keys``: also keep record keys and tombstone flags.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(config.kafka_client_conf(**{
+        "group.id": "loglake-audit",
+        # Read-only: the audit never moves any group's position.
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # What the tables hold: both layers read committed records only (Spark's Kafka source
+        # with kafka.isolation.level=read_committed), so records of aborted transactions are
+        # in no table, and the offsets they and the markers take are not missing.
+        "isolation.level": "read_committed",
+        # End of partition is how a partition whose last offsets are markers finishes.
+        "enable.partition.eof": True,
+        # If retention deletes the start while we read, continue from the new earliest.
+        "auto.offset.reset": "earliest",
+    }))
+    pending = {p for p, (s, e) in ranges.items() if e > s}
+    found = {p: array("q") for p in ranges}
+    found_keys: dict[int, list] = {p: [] for p in ranges}
+    found_tomb: dict[int, array] = {p: array("b") for p in ranges}
+    try:
+        if pending:
+            consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in sorted(pending)])
+        last_progress = time.monotonic()
+        while pending:
+            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
+            if msgs:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > STALL_SECONDS:
+                raise KafkaUnavailableError(f"reading {topic} partitions {sorted(pending)} for the audit: "
+                                            f"nothing arrived for {STALL_SECONDS:.0f}s")
+            done = set()
+            for m in msgs:
+                p = m.partition()
+                if p not in pending:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done.add(p)
+                        continue
+                    raise KafkaUnavailableError(f"reading {topic}[{p}] for the audit: {err}")
+                o = m.offset()
+                end = ranges[p][1]
+                if o < end:
+                    found[p].append(o)
+                    if keys:
+                        k = m.key()
+                        found_keys[p].append(None if k is None else k.decode("utf-8", "replace"))
+                        found_tomb[p].append(m.value() is None)
+                if o >= end - 1:
+                    done.add(p)
+            if done:
+                pending -= done
+                consumer.pause([TopicPartition(topic, p) for p in done])
+    finally:
+        consumer.close()
+    return {p: LogPartition(np.frombuffer(found[p], dtype=np.int64) if len(found[p]) else np.zeros(0, np.int64),
+                            found_keys[p] if keys else None,
+                            np.frombuffer(found_tomb[p], dtype=np.int8).astype(bool) if keys else None)
+            for p in ranges}
+
+
+def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra: str = "",
+                   version: int | None = None) -> dict[int, dict]:
+    """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``,
+    at the pinned ``version`` (None: no table at the pinned point)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    from loglake.ledger.tables import open_table
+
+    table = None if version is None else open_table(path, version)
+    if table is None:
+        return {}
+    cols = '"_partition", "_offset"' + (f', CAST("{extra}" AS VARCHAR) AS x' if extra else "")
+    topic_sql = topic.replace("'", "''")
+    sql = f"SELECT {cols} FROM t WHERE \"_topic\" = '{topic_sql}'{where} ORDER BY \"_partition\", \"_offset\""
+    data = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+    parts = data.column("_partition").to_numpy()
+    offsets = data.column("_offset").to_numpy().astype(np.int64)
+    xs = data.column("x").to_pylist() if extra else None
+    out = {}
+    for p in np.unique(parts).tolist():
+        idx = np.flatnonzero(parts == p)
+        out[p] = {"offsets": offsets[idx], "x": [xs[i] for i in idx] if xs is not None else None}
+    return out
+
+
+def _plan_ranges(bounds: dict[int, tuple[int, int]], positions: dict[int, int | None],
+                 watermarks: dict[int, int]) -> dict[int, dict[str, tuple[int, int]]]:
+    """Per partition, the batch range ``[earliest, W_p)`` and the speed range ``[W_p, S_p)``."""
+    out = {}
+    for p, (lo, _hi) in sorted(bounds.items()):
+        w = watermarks.get(p)
+        batch_to = max(lo, w) if w is not None else lo
+        pos = positions.get(p)
+        speed_to = max(batch_to, pos) if pos is not None else batch_to
+        out[p] = {"batch": (lo, batch_to), "speed": (batch_to, speed_to)}
+    return out
+
+
+def _check(ds: Dataset, layer: str, part: LogPartition, start: int, end: int, tables: dict) -> Coverage:
+    if layer == "batch" and ds.kind == "changelog":
+        state = tables["state"]
+        return check_latest_state(part.offsets, part.keys, part.tombstone, tables["quarantine"],
+                                  state["offsets"], state["x"], start, end)
+    return check_exactly_once(part.offsets, np.concatenate([tables["rows"], tables["quarantine"]]), start, end)
+
+
+def newest(config: Config, ds: Dataset) -> DatasetSnapshot:
+    """``ds``'s tables and ledger at their newest versions, not the served ones: read in the
+    order of ``loglake.ledger.snapshots.pin`` (the speed-side tables, then the ledger, then the batch
+    table), the batch part's quarantine at the quarantine table's newest version too."""
+    from loglake.ledger.ranges import ledger_path, ledger_rows
+    from loglake.ledger.snapshots import SPEED_SIDE
+    from loglake.ledger.tables import open_table
+
+    def current(path: str) -> int | None:
+        table = open_table(path)
+        return None if table is None else table.version()
+
+    versions = {layer: current(config.table_path(ds, layer)) for layer in SPEED_SIDE if getattr(ds.tables, layer, None)}
+    ledger_version = current(ledger_path(config))
+    rows = [] if ledger_version is None else ledger_rows(config, ds, ledger_version)
+    versions["batch"] = current(config.table_path(ds, "batch"))
+    return DatasetSnapshot(ds.name, versions, versions.get("quarantine"), ledger_version, rows)
+
+
+# The tables each layer's check reads, as (layer → version of the layer's table, of its quarantine).
+def _versions(snap, layer: str) -> tuple[int | None, int | None]:
+    if layer == "batch":
+        return snap.version("batch"), snap.batch_quarantine_version
+    return snap.version("speed"), snap.version("quarantine")
+
+
+def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample: int = 20,
+                  record: bool = True) -> dict:
+    """Audit every partition of ``ds`` at the versions readers are served and at the tables'
+    newest versions (where those differ); store one row per partition, layer and point in
+    ``_audit_results`` (unless ``record`` is false) and return the result. ``sample``: how
+    many offending offsets to keep per kind. The caller decides whether to fail."""
+    from loglake.ledger.history import unserved_foreign_commits
+    from loglake.kafka.admin import group_offsets, log_bounds
+    from loglake.ledger.leases import holders
+    from loglake.ledger.snapshots import pin
+
+    started = time.monotonic()
+    audited_at = datetime.now(timezone.utc)
+    run_id = run_id or f"audit-{audited_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    # Commit order: log, then speed position, then the dataset pinned at one point (speed-side
+    # tables, then the ledger's watermarks and serving point, then batch: loglake.ledger.snapshots),
+    # then the same at the tables' newest versions: what a publish would serve next.
+    bounds = log_bounds(config, ds.topic)
+    positions = group_offsets(config, ds.consumer_group, ds.topic, len(bounds))
+    earliest = {p: lo for p, (lo, _hi) in bounds.items()}
+    snaps = {"served": pin(config, ds)}
+    snaps["newest"] = newest(config, ds)
+    busy = holders(config, [ds.name]).get(ds.name)
+    snap = snaps["served"]
+    wms = snap.watermarks(earliest)
+    plans = {point: _plan_ranges(bounds, positions, s.watermarks(earliest)) for point, s in snaps.items()}
+    changelog = ds.kind == "changelog"
+    quarantine = config.table_path(ds, "quarantine")
+    read: dict[tuple, dict] = {}
+
+    def offsets(what: str, version: int | None) -> dict:
+        """A table's offsets at ``version``, read once per version."""
+        if (what, version) not in read:
+            path, where, extra = {
+                "batch": (config.table_path(ds, "batch"), "", ds.key if changelog else ""),
+                "speed": (config.table_path(ds, "speed"), "", ""),
+                "q_batch": (quarantine, " AND \"_layer\" = 'batch'", ""),
+                "q_speed": (quarantine, " AND \"_layer\" = 'speed'", ""),
+            }[what]
+            read[what, version] = _table_offsets(config, path, ds.topic, where, extra, version)
+        return read[what, version]
+
+    for s in snaps.values():
+        for layer in ("batch", "speed"):
+            table_version, quarantine_version = _versions(s, layer)
+            offsets(layer, table_version)
+            offsets(f"q_{layer}", quarantine_version)
+    log_started = time.monotonic()
+    log = read_log(config, ds.topic, {p: (min(pl[p]["batch"][0] for pl in plans.values()),
+                                          max(pl[p]["speed"][1] for pl in plans.values())) for p in bounds},
+                   keys=changelog)
+    log_seconds = time.monotonic() - log_started
+    # Retention may have deleted offsets while we read: check only what is still retained.
+    after = log_bounds(config, ds.topic)
+    notes = []
+    rows = []
+    empty = np.zeros(0, np.int64)
+    for point, s in snaps.items():
+        for p, ranges in plans[point].items():
+            lo_now = after.get(p, bounds[p])[0]
+            for layer in ("batch", "speed"):
+                start, end = ranges[layer]
+                versions = _versions(s, layer)
+                if point == "newest" and (versions, (start, end)) == (_versions(snap, layer), plans["served"][p][layer]):
+                    continue  # the newest versions are the served ones: checked once
+                if lo_now > start:
+                    if point == "served":
+                        notes.append(f"[{p}] retention moved the earliest offset to {lo_now} during the audit; "
+                                     f"{layer} checked from there")
+                    start, end = lo_now, max(lo_now, end)
+                own = offsets(layer, versions[0]).get(p, {"offsets": empty, "x": []})
+                quarantined = offsets(f"q_{layer}", versions[1]).get(p, {"offsets": empty})["offsets"]
+                cov = _check(ds, layer, log[p], start, end,
+                             {"rows": own["offsets"], "state": own, "quarantine": quarantined})
+                rows.append({**_row(ds, p, layer, start, end, cov, sample), "point": point,
+                             "table": getattr(ds.tables, layer), "table_version": versions[0],
+                             "quarantine_version": versions[1]})
+            if point == "served" and wms.get(p) is None:
+                notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
+            if point == "served" and positions.get(p) is None:
+                notes.append(f"[{p}] no speed position committed yet: speed part empty")
+    foreign = {}
+    for layer in ("batch", "quarantine"):
+        found = unserved_foreign_commits(config, ds, layer, snaps["newest"].ledger, snaps["newest"].version(layer))
+        if found and found[1]:
+            foreign[getattr(ds.tables, layer)] = found[1]
+            commits = ", ".join(f"v{c['version']} {c['operation']} by {c['engine']} at {c['timestamp']}"
+                                for c in found[1])
+            since = "its creation" if found[0] is None else f"the served version {found[0]}"
+            notes.append(f"{getattr(ds.tables, layer)}: commits loglake did not make since {since}: {commits}; "
+                         f"not served, and the next publish refuses them (loglake history {getattr(ds.tables, layer)})")
+    newest_bad = [r for r in rows if r["point"] == "newest" and not r["ok"]]
+    if newest_bad and busy:
+        notes.append(f"{ds.name} was being written while its newest versions were read "
+                     f"({busy.get('operation', 'a writer')} run {busy.get('run_id')}): a check of them may have met "
+                     "that work half done; audit again once it finished")
+    served_rows = [r for r in rows if r["point"] == "served"]
+    result = {
+        "dataset": ds.name, "topic": ds.topic, "kind": ds.kind, "run_id": run_id,
+        "audited_at": audited_at.isoformat(), "ok": all(r["ok"] for r in rows),
+        # The totals are those of what readers are served; ``newest`` says the same of the newest versions.
+        "offsets_checked": sum(r["offsets_checked"] for r in served_rows),
+        "missing": sum(r["missing"] for r in served_rows), "duplicated": sum(r["duplicated"] for r in served_rows),
+        "unexpected": sum(r["unexpected"] for r in served_rows),
+        "versions": {point: {layer: s.version(layer) for layer in s.versions} | {
+            "batch_quarantine": s.batch_quarantine_version} for point, s in snaps.items()},
+        "newest": _totals([r for r in rows if r["point"] == "newest"]),
+        "foreign_commits": foreign,
+        "log_offsets_read": sum(len(part.offsets) for part in log.values()),
+        "log_seconds": round(log_seconds, 3), "seconds": round(time.monotonic() - started, 3),
+        "partitions": rows, "notes": notes,
+        # Offsets the log lost before a layer read them, accepted by an operator: not checked
+        # (the log no longer holds them), reported.
+        "lost": [{k: (r[k].isoformat() if hasattr(r[k], "isoformat") else r[k])
+                  for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")} for r in snap.lost],
+    }
+    if record:
+        write_results(config, result, audited_at)
+    return result
+
+
+def _totals(rows: list[dict]) -> dict:
+    return {"ok": all(r["ok"] for r in rows), "rows": len(rows),
+            **{k: sum(r[k] for r in rows) for k in ("offsets_checked", "missing", "duplicated", "unexpected")}}
+
+
+def _row(ds: Dataset, p: int, layer: str, start: int, end: int, cov: Coverage, n: int) -> dict:
+    return {
+        "partition": p, "layer": layer, "checked_from": start, "checked_to": end,
+        "offsets_checked": cov.checked, "missing": len(cov.missing), "duplicated": len(cov.duplicated),
+        "unexpected": len(cov.unexpected), "sample_missing": first_offsets(cov.missing, n),
+        "sample_duplicated": first_offsets(cov.duplicated, n),
+        "sample_unexpected": first_offsets(cov.unexpected, n),
+        "describe_missing": describe_sample(cov.missing, n),
+        "describe_duplicated": describe_sample(cov.duplicated, n),
+        "describe_unexpected": describe_sample(cov.unexpected, n), "ok": cov.ok,
+    }
+
+
+def write_results(config: Config, result: dict, audited_at: datetime) -> None:
+    """Append the audit's rows to ``_audit_results`` (``loglake.core.contracts.AUDIT_RESULTS``)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from loglake.core.contracts import AUDIT_RESULTS
+
+    rows = [{
+        **{k: r[k] for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked", "missing",
+                             "duplicated", "unexpected", "ok", "point", "table_version", "quarantine_version")},
+        "dataset": result["dataset"], "topic": result["topic"], "run_id": result["run_id"], "audited_at": audited_at,
+        "sample_missing": r["describe_missing"], "sample_duplicated": r["describe_duplicated"],
+        "sample_unexpected": r["describe_unexpected"],
+    } for r in result["partitions"]]
+    path = config.system_table_path(AUDIT_RESULTS).replace("s3a://", "s3://")
+    # merge: a table an older loglake made gains the columns the contract added since.
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=AUDIT_RESULTS.contract.arrow_schema()), mode="append",
+                    schema_mode="merge")
+
+
+def _verdict(rows: list[dict]) -> str:
+    bad = [f"{sum(r[k] for r in rows)} {k}" for k in ("missing", "duplicated", "unexpected") if any(r[k] for r in rows)]
+    return ", ".join(bad) or "ok"
+
+
+def format_audit(result: dict) -> list[str]:
+    """Lines for an operator: the verdict; per table, its served version and (where it differs)
+    its newest, each ok or damaged; then per partition, layer and version the counts and the
+    offending offsets (a sample, with the total, when there are many)."""
+    verdict = "OK" if result["ok"] else "FAILED"
+    lines = [f"audit {result['dataset']} ({result['topic']}, {result['kind']}): {verdict}: "
+             f"{result['offsets_checked']:,} offsets checked, {result['missing']} missing, "
+             f"{result['duplicated']} duplicated, {result['unexpected']} unexpected"
+             + (f" in the served versions; the newest: {newest['missing']} missing, {newest['duplicated']} "
+                f"duplicated, {newest['unexpected']} unexpected" if (newest := result.get("newest") or {}).get("rows")
+                else "")
+             + f" (run {result['run_id']}, {result['seconds']:.1f}s)"]
+    rows = result["partitions"]
+    for layer in ("batch", "speed"):
+        served = [r for r in rows if r["layer"] == layer and r["point"] == "served"]
+        newest = [r for r in rows if r["layer"] == layer and r["point"] == "newest"]
+        if not served:
+            continue
+        r0 = served[0]
+        same = "" if newest else "; the newest versions are these"
+        lines.append(f"  {r0['table']} served version {r0['table_version']}: {_verdict(served)} "
+                     f"(with quarantine version {r0['quarantine_version']}{same})")
+        if newest:
+            verdict = _verdict(newest)
+            lines.append(f"  {newest[0]['table']} newest version {newest[0]['table_version']}: {verdict} "
+                         f"(with quarantine version {newest[0]['quarantine_version']}"
+                         + ("; not served: readers stay on the served version)" if verdict != "ok" else ")"))
+    for r in rows:
+        lines.append(f"  [{r['partition']}] {r['layer']:<5} {r['point']:<6} v{r['table_version']} "
+                     f"[{r['checked_from']}, {r['checked_to']})  "
+                     f"{r['offsets_checked']} checked  {r['missing']} missing  {r['duplicated']} duplicated  "
+                     f"{r['unexpected']} unexpected")
+        for kind in ("missing", "duplicated", "unexpected"):
+            if r[kind]:
+                lines.append(f"      {kind} offsets: {r['describe_' + kind]}")
+    lines += [f"  acknowledged loss: [{r['partition']}] offsets [{r['start']}, {r['end']}) "
+              f"({r['end'] - r['start']:,} offsets) accepted by {r['recorded_by']} at {r['committed_at']}: {r['reason']}"
+              for r in result.get("lost", [])]
+    lines += [f"  note: {n}" for n in result["notes"]]
+    return lines

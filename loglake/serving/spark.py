@@ -1,0 +1,218 @@
+"""The serving view and SQL over every table: batch below the watermark, speed above it.
+
+Per partition p with batch watermark W_p, the serving view of an events dataset is the
+batch rows with ``_offset < W_p`` plus the speed rows with ``_offset >= W_p``: disjoint
+by construction, so counts and sums over it are exact. For a changelog dataset it is the
+batch latest state (as of W_p) with the speed changes at or above W_p folded on top:
+newest offset per key wins, tombstones delete. The watermarks come from the pinned ledger
+(``loglake.ledger.snapshots.served_ranges``): a query of the tables needs no broker.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import ConfigError, ParamError
+from loglake.ledger.planning import parse_timestamp
+from loglake.ledger.snapshots import pin, served_ranges
+from spark_jobs.delta_io import table_exists
+from loglake.core.predicates import below_watermark
+
+_VERSION = re.compile(r"^\d+$")
+
+
+Marks = Mapping[int, "int | tuple[int, int]"]  # partition → W_p, or (start, W_p): what batch serves
+
+
+def from_batch(watermarks: Marks) -> str:
+    """The rows the serving view takes from the batch layer: per partition, offsets below W_p,
+    or in ``[start, W_p)`` where a start above 0 is given (``loglake.ledger.snapshots.served_ranges``)."""
+    bounds = {p: m if isinstance(m, tuple) else (0, m) for p, m in watermarks.items()}
+    if all(start == 0 for start, _w in bounds.values()):
+        return below_watermark({p: w for p, (_s, w) in bounds.items()})
+    return " OR ".join(f"(_partition = {p} AND _offset < {w})" if start == 0 else
+                       f"(_partition = {p} AND _offset >= {start} AND _offset < {w})"
+                       for p, (start, w) in sorted(bounds.items()))
+
+
+def _layers_union(batch: str | None, speed: str | None, watermarks: Marks,
+                  batch_cols: str, speed_cols: str) -> str:
+    """Batch rows below the watermark UNION ALL speed rows at or above it (either may be absent)."""
+    below = from_batch(watermarks)
+    parts = []
+    if batch:
+        parts.append(f"SELECT {batch_cols} FROM {batch} WHERE {below}")
+    if speed:
+        parts.append(f"SELECT {speed_cols} FROM {speed} WHERE NOT ({below})")
+    return " UNION ALL ".join(parts)
+
+
+def _quoted(columns: list[str]) -> str:
+    return ", ".join(f"`{c}`" for c in columns)
+
+
+def events_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
+                    columns: list[str]) -> str:
+    cols = _quoted(columns)
+    return _layers_union(batch, speed, watermarks, cols, cols)
+
+
+def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
+                       key: str, columns: list[str]) -> str:
+    cols = _quoted(columns)
+    union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
+    # Newest per key as ``spark_jobs.delta_io.latest_per_key`` decides: by offset within a
+    # partition, then (a key spread over partitions) by Kafka timestamp, then partition.
+    in_partition = (f"SELECT *, row_number() OVER (PARTITION BY `{key}`, _partition ORDER BY _offset DESC) "
+                    f"AS _in_p FROM ({union})")
+    across = (f"SELECT *, row_number() OVER (PARTITION BY `{key}` ORDER BY _kafka_timestamp DESC, "
+              f"_partition DESC) AS _rank FROM ({in_partition}) WHERE _in_p = 1")
+    return f"SELECT {cols} FROM ({across}) WHERE _rank = 1 AND NOT _deleted"
+
+
+def register_tables(spark: SparkSession, config: Config, as_of: str | None = None) -> list[str]:
+    """Register ``speed.*``, ``batch.*``, ``quarantine.*`` and each dataset's serving view.
+
+    Every view is pinned: each dataset's tables and ledger are read at one consistent point
+    (``loglake.ledger.snapshots.pin``), now or as of a timestamp ``as_of``, so a registered view
+    returns the same rows however long it is used, whatever batch runs, backfills and
+    maintenance do meanwhile; registering again moves to the newest point. ``as_of`` a
+    Delta version: each raw table at that version (serving views need a consistent point,
+    so they are registered only for a timestamp). Returns the names registered.
+    """
+    names = []
+    for schema in ("speed", "batch", "quarantine"):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    version = int(as_of) if as_of is not None and _VERSION.match(as_of) else None
+    as_of_ms = parse_timestamp(as_of, "--as-of") if as_of is not None and version is None else None
+    for ds in config.datasets.values():
+        snap = None if version is not None else pin(config, ds, as_of_ms)
+        present = {}
+        for layer in ("speed", "batch", "quarantine", "latest"):
+            name = getattr(ds.tables, layer)
+            if name is None:
+                continue
+            path = config.table_path(ds, layer)
+            pinned = snap.version(layer) if snap is not None else (version if table_exists(spark, path) else None)
+            if pinned is None:  # no table (yet, or at that time)
+                continue
+            if snap is None:
+                check_version(name, path, pinned)
+            spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}` VERSION AS OF {pinned}")
+            present[layer] = name
+            names.append(name)
+        if snap is None or ("speed" not in present and "batch" not in present):
+            continue
+        marks = served_ranges(config, ds, snap)
+        sides, columns = aligned_sides(spark, {layer: present.get(layer) for layer in ("batch", "speed")})
+        if ds.kind == "changelog":
+            sql = changelog_view_sql(sides["batch"], sides["speed"], marks, ds.key, columns)
+        else:
+            sql = events_view_sql(sides["batch"], sides["speed"], marks, columns)
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW `{ds.name}` AS {sql}")
+        names.append(ds.name)
+    return names
+
+
+def check_version(name: str, path: str, version: int) -> None:
+    """A Delta version ``--as-of`` asks of a table that lacks it: a ParamError naming the
+    table and the versions it has (not Spark's time-travel exception)."""
+    from loglake.ledger.tables import open_table
+
+    try:
+        open_table(path, version)
+        return
+    except Exception:  # deltalake: the version is past the newest or its log was cleaned up
+        pass
+    newest = open_table(path)
+    have = f"its newest is {newest.version()}" if newest is not None else "it has none"
+    raise ParamError("--as-of", f"version {version} of {name} does not exist ({have}; versions are per table: "
+                     f"`loglake history {name}` lists them, and a timestamp reads every table at one point)")
+
+
+def aligned_sides(spark: SparkSession, tables: dict[str, str | None]) -> tuple[dict[str, str | None], list[str]]:
+    """The serving view's columns — every column of either table (batch's order first),
+    ``_deleted`` apart — and, per side, what to read: the table's name, or when it lacks
+    some of those columns (a field the schema added that one table has not received yet,
+    ``loglake.ledger.schemas``) a subquery giving them as typed nulls."""
+    return null_filled({side: (name, {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields})
+                        if name else None for side, name in tables.items()})
+
+
+def null_filled(sides: Mapping[str, tuple[str, dict[str, str]] | None]) -> tuple[dict[str, str | None], list[str]]:
+    """Every column of either side (the first side's order first), ``_deleted`` apart, and per
+    side what to read: its name, or a subquery giving the columns it lacks as typed nulls.
+    ``sides``: side → (name, {column: SQL type}), or None for a side with no table. Plain
+    strings: the Arrow views (``loglake.serving.arrow``) use it too."""
+    columns: dict[str, str] = {}
+    for side in sides.values():
+        for c, t in (side[1] if side else {}).items():
+            if c != "_deleted":
+                columns.setdefault(c, t)
+    out: dict[str, str | None] = {}
+    for key, side in sides.items():
+        if side is None:
+            out[key] = None
+            continue
+        name, have = side
+        missing = [f"CAST(NULL AS {t}) AS `{c}`" for c, t in columns.items() if c not in have]
+        out[key] = f"(SELECT *, {', '.join(missing)} FROM {name})" if missing else name
+    return out, list(columns)
+
+
+def serving_view(spark: SparkSession, config: Config, ds: Dataset | str, as_of: str | None = None) -> DataFrame:
+    """The serving view of one dataset as a DataFrame."""
+    ds = config.dataset(ds) if isinstance(ds, str) else ds
+    names = register_tables(spark, config, as_of)
+    if ds.name not in names:
+        raise ConfigError(f"dataset {ds.name} has no speed or batch table yet (run the speed layer or a batch)",
+                          key="dataset")
+    return spark.table(f"`{ds.name}`")
+
+
+# Commands that only read: SHOW, DESCRIBE, EXPLAIN (which plans a statement, never runs it).
+_READ_ONLY_COMMANDS = re.compile(r"^(Show\w*|Describe\w*|ExplainCommand)$")
+
+
+def _plan_nodes(plan):
+    """Every node of a parsed (unresolved) logical plan, root first."""
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        yield node
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+
+
+def check_read_only(spark: SparkSession, sql: str) -> None:
+    """Refuse a statement that could change a table (INSERT, DELETE, UPDATE, MERGE, CREATE,
+    DROP, ALTER, RESTORE, OPTIMIZE, VACUUM, SET, ...): loglake's tables change only through
+    its jobs, which keep the offsets ledger and the audit true. Queries, SHOW, DESCRIBE
+    and EXPLAIN pass. A statement that does not parse is left to Spark's own error."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(sql)
+    except Py4JJavaError:
+        return
+    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
+    for node in _plan_nodes(plan):
+        name = node.getClass().getSimpleName()
+        writes = command.isInstance(node) or name.endswith(("Statement", "Command")) or name == "InsertIntoStatement"
+        if writes and not _READ_ONLY_COMMANDS.match(name):
+            verb = " ".join(sql.split()[:2]).upper() if sql.split() else name
+            raise ParamError("sql", f"loglake query is read-only: {verb} ... ({name}) would change tables behind "
+                             "the offsets ledger and the audit. Change data through loglake: backfill, maintain, "
+                             "accept-loss")
+
+
+def query(spark: SparkSession, config: Config, sql: str, as_of: str | None = None) -> DataFrame:
+    """Run a read-only Spark SQL statement with every table and serving view registered;
+    returns the DataFrame. A statement that would write is refused (``check_read_only``)."""
+    check_read_only(spark, sql)
+    register_tables(spark, config, as_of)
+    return spark.sql(sql)

@@ -1,0 +1,64 @@
+"""Throwaway configuration directories for tests and benchmarks.
+
+``write_conf`` writes a conf/ directory holding the repo's datasets on topics of their
+own and a profile pointed at a given broker, so a test or a benchmark never touches the
+user's topics, tables or a running ``make up``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import yaml
+
+from loglake.core import paths
+
+# JVM options for the Spark drivers and executors of every conf written here (``java_options``
+# overrides it). The test suite sets ``-XX:TieredStopAtLevel=1``: its JVMs are short-lived and
+# its data small, so the optimising compiler's work would never pay back on 2 cores; benchmarks
+# keep the default, the JVM as users run it.
+JAVA_OPTIONS = ""
+
+
+def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
+               datasets: dict[str, dict] | None = None, spark: dict | None = None,
+               extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
+               local_cluster: dict | None = None, java_options: str | None = None) -> Path:
+    """A conf/ directory for one test: the repo's datasets on topics of their own.
+
+    ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
+    ``spark`` holds profile ``spark`` keys (``conf`` entries are merged), ``kafka`` more
+    profile ``kafka`` keys, ``local_cluster`` the profile's local cluster; ``extra_datasets``
+    adds dataset files (name → file content) beside the repo's; ``java_options`` go to the
+    Spark drivers and executors after loglake's own (default: ``JAVA_OPTIONS``).
+    """
+    conf = root / "conf"
+    (conf / "datasets").mkdir(parents=True, exist_ok=True)
+    suffix = topic_suffix or uuid.uuid4().hex[:8]
+    profile = {
+        "kafka": {"bootstrap_servers": bootstrap, "embedded": False},
+        "spark": {"master": "local[2]", "driver_memory": "1g",
+                  "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                           "spark.sql.adaptive.enabled": "false"}},
+        "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
+    }
+    java_options = JAVA_OPTIONS if java_options is None else java_options
+    if java_options:
+        profile["spark"]["conf"].update({"spark.driver.extraJavaOptions": java_options,
+                                         "spark.executor.extraJavaOptions": java_options})
+    profile["kafka"].update(kafka or {})
+    if local_cluster is not None:
+        profile["local_cluster"] = local_cluster
+    for k, v in (spark or {}).items():
+        profile["spark"][k] = {**profile["spark"]["conf"], **v} if k == "conf" else v
+    (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "test", "profiles": {"test": profile}}))
+    for src in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml"):
+        data = yaml.safe_load(src.read_text())
+        data["topic"] = f"{src.stem}-{suffix}"
+        data.update((datasets or {}).get(src.stem, {}))
+        (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    for name, data in (extra_datasets or {}).items():
+        data = {"topic": f"{name}-{suffix}", **data}
+        (conf / "datasets" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return conf
