@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loglake import paths
-from loglake.config import load_config
-from loglake.contracts import QUALITY_RESULTS
-from loglake.errors import ConfigError
+from loglake.core import paths
+from loglake.core.config import load_config
+from loglake.core.contracts import QUALITY_RESULTS
+from loglake.core.errors import ConfigError
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_unknown_dataset_lists_known(conf):
 def test_provenance_columns_are_the_tables_own(conf):
     """Quality and Z-order may name the provenance columns every table has (``_kafka_timestamp``),
     and only those: ``_timestamp`` is no column of any table, so config load refuses it."""
-    from loglake.contracts import PROVENANCE
+    from loglake.core.contracts import PROVENANCE
 
     path = conf / "datasets" / "job_views.yaml"
 
@@ -208,7 +208,7 @@ def test_provenance_columns_are_the_tables_own(conf):
 
 
 def test_local_cluster_profile_names_three_nodes_and_a_local_master(conf):
-    from loglake.cluster import LocalCluster
+    from loglake.local.cluster import LocalCluster
 
     c = load_config(conf, profile="local-cluster")
     assert len(c.kafka.ports) == 3 and (c.kafka.replication_factor, c.kafka.min_insync_replicas) == (3, 2)
@@ -217,7 +217,7 @@ def test_local_cluster_profile_names_three_nodes_and_a_local_master(conf):
 
 
 def test_cluster_commands_need_a_local_cluster_profile(conf):
-    from loglake.cluster import LocalCluster
+    from loglake.local.cluster import LocalCluster
 
     with pytest.raises(ConfigError) as e:
         LocalCluster(load_config(conf, profile="local"))
@@ -230,7 +230,7 @@ def test_cluster_commands_need_a_local_cluster_profile(conf):
 
 
 def test_a_local_cluster_needs_a_port_per_node(conf):
-    from loglake.cluster import LocalCluster
+    from loglake.local.cluster import LocalCluster
 
     edit(conf / "loglake.yaml", lambda d: d["profiles"]["local-cluster"]["kafka"].update(
         bootstrap_servers="localhost:19092,localhost:19092,localhost:19094"))
@@ -240,15 +240,15 @@ def test_a_local_cluster_needs_a_port_per_node(conf):
 
 
 def test_free_ports_are_distinct():
-    from loglake.processes import free_ports
+    from loglake.core.processes import free_ports
 
     ports = free_ports(8)
     assert len(set(ports)) == 8
 
 
 def test_a_profiles_jvm_options_come_after_loglakes_own(tmp_path):
-    from loglake.launch import log4j_file, spark_conf
-    from loglake.sandbox import write_conf
+    from loglake.jobs.launch import log4j_file, spark_conf
+    from loglake.testing import write_conf
 
     config = load_config(write_conf(tmp_path, "localhost:9", java_options="-XX:TieredStopAtLevel=1",
                                     spark={"master": "spark://127.0.0.1:7077"}), home=tmp_path / "state")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from loglake import contracts
-from loglake.config import load_config
-from loglake import paths
+from loglake.core import contracts
+from loglake.core.config import load_config
+from loglake.core import paths
 
 
 @pytest.mark.parametrize("table", contracts.SYSTEM_TABLES, ids=lambda t: t.name)

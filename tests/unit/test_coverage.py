@@ -1,11 +1,11 @@
-"""Offset-set arithmetic of the audit (loglake.coverage): table-driven, no broker."""
+"""Offset-set arithmetic of the audit (loglake.ops.coverage): table-driven, no broker."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from loglake.coverage import check_exactly_once, check_latest_state, describe_sample, sample
+from loglake.ops.coverage import check_exactly_once, check_latest_state, describe_sample, sample
 
 
 def lists(cov):

@@ -13,10 +13,10 @@ import time
 
 import psutil
 
-from loglake.airflow_embedded import EmbeddedAirflow
-from loglake.config import load_config
-from loglake.processes import alive, free_port, orphaned_sessions, wait_for
-from loglake.sandbox import write_conf
+from loglake.local.airflow_standalone import EmbeddedAirflow
+from loglake.core.config import load_config
+from loglake.core.processes import alive, free_port, orphaned_sessions, wait_for
+from loglake.testing import write_conf
 
 SLEEP = "import time; time.sleep(600)"
 # Like Airflow's: an idle worker that ignores SIGTERM, a worker running a task process, the log server.

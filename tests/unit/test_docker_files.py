@@ -694,20 +694,20 @@ def loglake_imports(module: str, seen: set[str] | None = None) -> set[str]:
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_setup_jvm_runs_with_the_files_copied_before_it(name):
     """The jars are resolved before the rest of the code is copied (a code change does not
-    resolve them again): what loglake.setup_jvm imports must be among the files copied first."""
+    resolve them again): what loglake.local.jars imports must be among the files copied first."""
     ins = dockerfile(name)
-    at = next(i for i, x in enumerate(ins) if x.op == "RUN" and "-m loglake.setup_jvm" in x.args)
+    at = next(i for i, x in enumerate(ins) if x.op == "RUN" and "-m loglake.local.jars" in x.args)
     copied = set()
     for x in ins[:at]:
         if x.op == "COPY":
             parts = [p for p in shlex.split(x.args) if not p.startswith("--")]
             copied |= {p.rstrip("/") for p in parts[:-1]}
-    for module in sorted(loglake_imports("loglake.setup_jvm") | {"loglake.__init__"}):
+    for module in sorted(loglake_imports("loglake.local.jars") | {"loglake.__init__"}):
         path = module.replace(".", "/") + ".py"
         assert path in copied or "loglake" in copied, (
-            f"docker/{name}: {path} is not copied before `python -m loglake.setup_jvm` (line {ins[at].line}), "
+            f"docker/{name}: {path} is not copied before `python -m loglake.local.jars` (line {ins[at].line}), "
             f"which imports it")
-    assert "setup" in copied, f"docker/{name}: setup/ (the POMs) is not copied before `python -m loglake.setup_jvm`"
+    assert "setup" in copied, f"docker/{name}: setup/ (the POMs) is not copied before `python -m loglake.local.jars`"
 
 
 def test_health_checks_name_roles_the_helper_knows():

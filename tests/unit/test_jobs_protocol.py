@@ -1,17 +1,17 @@
-"""The job protocol (loglake.jobs) and the error vocabulary's retry meaning: pure, no services."""
+"""The job protocol (loglake.jobs.protocol) and the error vocabulary's retry meaning: pure, no services."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from loglake import errors
-from loglake.errors import (ConfigError, CoordinatorNotReadyError, DataLossError, JobError, KafkaUnavailableError,
+from loglake.core import errors
+from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, DataLossError, JobError, KafkaUnavailableError,
                             ParamError, QualityGateError, is_transient, known_transient)
-from loglake.jobs import SUMMARY_PREFIX, JobRequest, failure, read_summary, report, summary_file_of
-from loglake.offsets import OffsetRange
-from loglake.planning import Plan
-from loglake.retrying import attempts_made
+from loglake.jobs.protocol import SUMMARY_PREFIX, JobRequest, failure, read_summary, report, summary_file_of
+from loglake.core.offsets import OffsetRange
+from loglake.ledger.planning import Plan
+from loglake.core.retrying import attempts_made
 
 PLAN = Plan("job_views", (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7)), "backfill", ("a note",))
 
@@ -125,5 +125,5 @@ def test_every_loglake_error_lives_in_the_errors_module():
 
     defined = {name: line for name, path in project_modules().items()
                for line in path.read_text().splitlines() if line.startswith("class ") and "Error(" in line}
-    assert set(defined) <= {"loglake.errors"}, defined
+    assert set(defined) <= {"loglake.core.errors"}, defined
     assert issubclass(errors.JobError, errors.LoglakeError)

@@ -1,4 +1,4 @@
-"""How long a job waits for a starting shared Spark application (``loglake.jobserver``): no
+"""How long a job waits for a starting shared Spark application (``loglake.jobs.shared_app``): no
 JVM, no broker; the "application" is a process that runs and never answers."""
 
 from __future__ import annotations
@@ -8,22 +8,22 @@ import time
 
 import pytest
 
-from loglake import jobserver
-from loglake.config import load_config
-from loglake.errors import ParamError
-from loglake.jobs import JobRequest
-from loglake.sandbox import write_conf
+from loglake.jobs import shared_app
+from loglake.core.config import load_config
+from loglake.core.errors import ParamError
+from loglake.jobs.protocol import JobRequest
+from loglake.testing import write_conf
 
 
 def test_the_start_wait_is_read_from_the_environment_and_checked(monkeypatch):
-    monkeypatch.delenv(jobserver.START_WAIT_ENV, raising=False)
-    assert jobserver.start_wait() == jobserver.START_WAIT_DEFAULT
-    monkeypatch.setenv(jobserver.START_WAIT_ENV, "0")
-    assert jobserver.start_wait() == 0
+    monkeypatch.delenv(shared_app.START_WAIT_ENV, raising=False)
+    assert shared_app.start_wait() == shared_app.START_WAIT_DEFAULT
+    monkeypatch.setenv(shared_app.START_WAIT_ENV, "0")
+    assert shared_app.start_wait() == 0
     for bad in ("soon", "-5"):
-        monkeypatch.setenv(jobserver.START_WAIT_ENV, bad)
-        with pytest.raises(ParamError, match=f"{jobserver.START_WAIT_ENV}: must be a number of seconds >= 0"):
-            jobserver.start_wait()
+        monkeypatch.setenv(shared_app.START_WAIT_ENV, bad)
+        with pytest.raises(ParamError, match=f"{shared_app.START_WAIT_ENV}: must be a number of seconds >= 0"):
+            shared_app.start_wait()
 
 
 def test_a_job_waits_for_an_application_that_never_answers_only_up_to_the_bound(tmp_path):
@@ -31,20 +31,20 @@ def test_a_job_waits_for_an_application_that_never_answers_only_up_to_the_bound(
     request = JobRequest("maintenance", "job_views", run_id="wait")
     # Not started: spark-submit at once, nothing said.
     lines: list[str] = []
-    assert jobserver.submit(config, request, output=lines.append, wait=30) is None and lines == []
+    assert shared_app.submit(config, request, output=lines.append, wait=30) is None and lines == []
 
     # Its process runs, it never writes its address: a start that never ends.
-    managed = jobserver.process(config)
+    managed = shared_app.process(config)
     managed.start([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         t0 = time.monotonic()
-        assert jobserver.submit(config, request, output=lines.append, wait=1.5) is None
+        assert shared_app.submit(config, request, output=lines.append, wait=1.5) is None
         waited = time.monotonic() - t0
         assert 1.5 <= waited < 10, waited
         assert [line.split(";")[0] for line in lines] == [
             "loglake: the shared Spark application is starting",
             "loglake: the shared Spark application did not answer within 1.5s (LOGLAKE_SPARK_JOBS_START_WAIT)"], lines
         lines.clear()
-        assert jobserver.submit(config, request, output=lines.append, wait=0) is None and lines == []
+        assert shared_app.submit(config, request, output=lines.append, wait=0) is None and lines == []
     finally:
         managed.stop()

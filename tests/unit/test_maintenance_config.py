@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loglake import paths
-from loglake.config import load_config
-from loglake.errors import ConfigError
+from loglake.core import paths
+from loglake.core.config import load_config
+from loglake.core.errors import ConfigError
 
 
 @pytest.fixture

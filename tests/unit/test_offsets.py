@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.errors import OffsetError
-from loglake.offsets import OffsetRange, parse_spark_offsets, ranges_for, spark_offsets_json, total_size
+from loglake.core.errors import OffsetError
+from loglake.core.offsets import OffsetRange, parse_spark_offsets, ranges_for, spark_offsets_json, total_size
 
 
 @pytest.mark.parametrize("start,end,size", [(0, 0, 0), (0, 10, 10), (5, 6, 1), (2**40, 2**40 + 3, 3)])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import threading
 
-from loglake.config import load_config
-from loglake.sandbox import write_conf
+from loglake.core.config import load_config
+from loglake.testing import write_conf
 from spark_jobs.speed import _PositionRecorder
 
 

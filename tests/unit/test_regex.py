@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.config import load_config
-from loglake.errors import ConfigError
-from loglake.regex import java_incompatibility
-from loglake.sandbox import write_conf
+from loglake.core.config import load_config
+from loglake.core.errors import ConfigError
+from loglake.core.regex import java_incompatibility
+from loglake.testing import write_conf
 
 # (pattern, refused): every one compiles with Python's re.
 PATTERNS = [
@@ -30,7 +30,7 @@ def test_java_incompatibility(pattern, refused):
 def test_config_load_refuses_a_pattern_java_would_refuse_naming_the_key(tmp_path):
     import yaml
 
-    from loglake import paths
+    from loglake.core import paths
 
     schema = yaml.safe_load((paths.REPO_ROOT / "conf" / "datasets" / "job_views.yaml").read_text())["schema"]
     schema["view_id"]["pattern"] = r"^(?P<prefix>[0-9a-f]{8})-"

@@ -1,12 +1,12 @@
-"""Which schema changes are additive and which are breaking (``loglake.schemas.compare``)."""
+"""Which schema changes are additive and which are breaking (``loglake.ledger.schemas.compare``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from loglake.config import load_config
-from loglake import paths
-from loglake.schemas import compare, fingerprint, spec_of
+from loglake.core.config import load_config
+from loglake.core import paths
+from loglake.ledger.schemas import compare, fingerprint, spec_of
 
 
 def base() -> dict:

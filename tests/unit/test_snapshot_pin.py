@@ -1,4 +1,4 @@
-"""A snapshot pins the speed-side tables at one micro-batch of the stream (loglake.snapshots).
+"""A snapshot pins the speed-side tables at one micro-batch of the stream (loglake.ledger.snapshots).
 
 A micro-batch commits its valid rows to the speed table, then its quarantined rows to the
 quarantine table: two Delta commits. A reader pinning between them saw the batch's rows
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from loglake.config import load_config
-from loglake.sandbox import write_conf
-from loglake.snapshots import pin
-from loglake.tables import open_table, query
+from loglake.core.config import load_config
+from loglake.testing import write_conf
+from loglake.ledger.snapshots import pin
+from loglake.ledger.tables import open_table, query
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.config import load_config
-from loglake import paths
-from loglake.status import DatasetStatus, PartitionStatus, TableStatus, format_duration, format_status
+from loglake.core.config import load_config
+from loglake.core import paths
+from loglake.ops.status import DatasetStatus, PartitionStatus, TableStatus, format_duration, format_status
 
 
 @pytest.mark.parametrize("seconds, text", [

@@ -13,8 +13,8 @@ import time
 JOB = textwrap.dedent('''
     import sys
     from pathlib import Path
-    from loglake.errors import ConfigError, KafkaUnavailableError
-    from loglake.jobs import failure, report
+    from loglake.core.errors import ConfigError, KafkaUnavailableError
+    from loglake.jobs.protocol import failure, report
     runs, plan, summary, progress = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[4], Path(sys.argv[6])
     n = len(runs.read_text().splitlines()) if runs.exists() else 0
     runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
@@ -33,7 +33,7 @@ JOB = textwrap.dedent('''
 def command(tmp_path, plan: str) -> list[str]:
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    return [sys.executable, "-m", "loglake.processes", sys.executable, str(job), str(tmp_path / "runs"), plan,
+    return [sys.executable, "-m", "loglake.core.processes", sys.executable, str(job), str(tmp_path / "runs"), plan,
             "--summary-file", str(tmp_path / "summary"), "--progress-file", str(tmp_path / "progress")]
 
 
