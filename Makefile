@@ -21,7 +21,7 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 
 jars: $(STAMP)
 	$(PY) -m loglake.local.jars
-	$(PY) -m loglake.jobs.cds
+	$(PY) -m loglake.local.cds
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
 ## broker and Spark session), but the long fault scenarios (marked `long`: make test-long)

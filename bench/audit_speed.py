@@ -28,7 +28,7 @@ def build_tables(config, ds) -> dict:
     from loglake.ledger.planning import Plan
     from spark_jobs.pipeline import recompute_and_publish
     from loglake.jobs.session import get_spark
-    from spark_jobs.speed import run_speed
+    from spark_jobs.streaming import run_speed
 
     spark = get_spark(config, "loglake-bench-audit", {"spark.ui.showConsoleProgress": "false"})
     try:

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.microbatch [--records 60] [--batches 40]
 
-The real speed layer (``spark_jobs.speed.run_speed``, available-now, in-process) runs over
+The real speed layer (``spark_jobs.streaming.run_speed``, available-now, in-process) runs over
 ``--batches`` micro-batches of ``--records`` job_views events (6 partitions) on a broker and
 state directory of its own. It prints each micro-batch's trigger time, the median time of
 the steps of ``process_batch`` (validation, the observation, the Delta append), and the
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     h = Harness(root)
     try:
         from loglake.local.produce import produce
-        from spark_jobs import speed
+        from spark_jobs import streaming
 
         config = h.config("microbatch", speed={"max_offsets_per_trigger": args.records})
         ds = config.dataset("job_views")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = h.spark(config)
         times = _timed_steps()
         t0 = time.monotonic()
-        last = speed.run_speed(spark, config, ds, available_now=True)
+        last = streaming.run_speed(spark, config, ds, available_now=True)
         wall = time.monotonic() - t0
         batches = last["_batches"]
         trigger = [batches[b][1] for b in sorted(batches)]

@@ -3,7 +3,7 @@
 All on the benchmark dataset (``bench/workload.py``: job_views' typed fields padded to a
 record size, 1 in 1,000 records malformed), all on the same topic per configuration:
 
-- the speed layer: ``spark_jobs.speed.run_speed`` (available-now, the run's shared
+- the speed layer: ``spark_jobs.streaming.run_speed`` (available-now, the run's shared
   in-process Spark session, a fresh checkpoint and fresh tables each run). Steady state =
   the micro-batches after the first (the first pays query start and code generation);
   records/s = their records ÷ their trigger time. The session's start and the first
@@ -58,7 +58,7 @@ class Topic:
 
     def speed_run(self, i: int) -> dict:
         """One run of the speed layer over the whole topic, from a fresh checkpoint and tables."""
-        from spark_jobs.speed import run_speed
+        from spark_jobs.streaming import run_speed
 
         config = self.config(f"run{i}")
         ds = config.dataset(workload.DATASET)

@@ -50,7 +50,7 @@ def init(wait_seconds: float = 300.0) -> int:
 def speed(dataset: str) -> int:
     from loglake.core.config import load_config
     from loglake.jobs.launch import job_env, spark_submit
-    from loglake.core.processes import supervise
+    from loglake.jobs.supervisor import supervise
     from loglake.ledger.schemas import check_all
     from loglake.speed.streams import SpeedStream
 

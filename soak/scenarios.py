@@ -399,7 +399,7 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     from loglake.ops.status import dataset_status, format_status
     from loglake.speed.streams import SpeedStream
     from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.speed import run_speed
+    from spark_jobs.streaming import run_speed
 
     started = time.monotonic()
     spark = lab.spark
@@ -563,7 +563,7 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
     from loglake.local.produce import generate
     from loglake.ledger.tables import open_table, query
     from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.speed import run_speed
+    from spark_jobs.streaming import run_speed
 
     started = time.monotonic()
     spark = lab.spark

@@ -18,13 +18,14 @@ from typing import Callable
 
 from loglake.core.config import Config, Dataset, load_config
 from loglake.core.errors import ConfigError, KafkaAuthenticationError, LoglakeError
+from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest, failure, report, summary_file_of
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
 # stream appends beside them.
-WRITERS = ("batch", "quality", "maintenance", "rebuild", "replay")
+WRITERS = registry.writers()
 
 
 def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:

@@ -57,7 +57,7 @@ def rebuild_batch(spark: SparkSession, config: Config, ds: Dataset, run_id: str)
 
 
 def rebuild_speed(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> dict:
-    from spark_jobs.speed import run_speed
+    from spark_jobs.streaming import run_speed
 
     ranges = from_watermark(config, ds)  # a data-loss error here: nothing was moved
     aside = set_aside(spark, config.table_path(ds, "speed"))

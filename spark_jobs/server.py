@@ -42,10 +42,10 @@ from contextlib import contextmanager
 from loglake.core.config import Config, load_config
 from loglake.core.errors import LoglakeError, ParamError
 from loglake.jobs.protocol import failure
-from loglake.jobs import shared_app
+from loglake.jobs import registry, shared_app
 from loglake.jobs.shared_app import address_file, identity
 
-SERVED = {job: f"spark_jobs.{job}" for job in shared_app.SERVED}
+SERVED = {name: registry.JOBS[name].module for name in registry.served()}
 
 
 class _ThreadOutput(io.TextIOBase):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+
+from loglake.core.errors import SetupError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_PACKAGES = ("loglake", "spark_jobs")
@@ -44,8 +47,6 @@ def jar_dir(kind: str) -> Path:
 
 def jars(kind: str) -> list[Path]:
     """The resolved jars of ``kind``; a clear error when setup has not run."""
-    from loglake.core.errors import SetupError
-
     d = jar_dir(kind)
     found = sorted(d.glob("*.jar")) if d.is_dir() else []
     if not found:
@@ -57,3 +58,14 @@ def conf_dir() -> Path:
     """The configuration directory: ``$LOGLAKE_CONF`` or ``conf/`` in the repo."""
     env = os.environ.get("LOGLAKE_CONF")
     return Path(env).expanduser().resolve() if env else REPO_ROOT / "conf"
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
+    return found

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,60 +265,6 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def supervise(argv: list[str]) -> int:
-    """Run ``argv`` and restart it when it dies, with backoff, until SIGTERM.
-
-    Used for the background speed stream: a crash (OOM, broker restart) costs a restart,
-    never data, because the stream resumes from its checkpoint. A job that reported a
-    permanent error in its ``--summary-file`` (a bad pattern, data loss: a restart would
-    fail the same way) is not restarted; the summary stays for ``loglake status``.
-
-    The backoff doubles from 1 s to 60 s while the job crashes without doing anything; it
-    starts at 1 s again once a run made progress (its ``--progress-file`` was written after
-    it started: a committed micro-batch) or lived a minute. SIGTERM ends a wait at once.
-    """
-    import threading
-
-    from loglake.jobs.protocol import arg_of, read_summary_file
-
-    summary_file = arg_of(argv, "--summary-file")
-    progress_file = arg_of(argv, "--progress-file")
-    stopping = threading.Event()
-    child: subprocess.Popen | None = None
-
-    def on_term(signum, frame):
-        stopping.set()
-        if child is not None and child.poll() is None:
-            child.terminate()
-
-    def progressed(since: float) -> bool:
-        try:
-            return progress_file is not None and os.stat(progress_file).st_mtime >= since
-        except OSError:
-            return False
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    backoff = 1.0
-    while not stopping.is_set():
-        started, started_wall = time.monotonic(), time.time()
-        child = subprocess.Popen(argv)
-        code = child.wait()
-        if stopping.is_set() or code == 0:
-            return 0 if stopping.is_set() else code
-        summary = read_summary_file(summary_file) if summary_file else None
-        if summary and summary.get("transient") is False:
-            print(f"loglake supervisor: stopped by a permanent error, not restarting: {summary.get('error_type')}: "
-                  f"{summary.get('error')}", flush=True)
-            return code
-        if time.monotonic() - started > 60 or progressed(started_wall):
-            backoff = 1.0
-        print(f"loglake supervisor: {argv[0]} exited with {code}; restarting in {backoff:.0f}s", flush=True)
-        stopping.wait(backoff)
-        backoff = min(backoff * 2, 60.0)
-    return 0
-
-
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, log: Managed | None = None):
     """Poll ``predicate`` until truthy; raise ProcessError naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -330,7 +275,3 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, log: M
         time.sleep(interval)
     detail = f"\n--- last lines of {log.log_file} ---\n{log.tail()}" if log else ""
     raise ProcessError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-
-
-if __name__ == "__main__":
-    sys.exit(supervise(sys.argv[1:]))

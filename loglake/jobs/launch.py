@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config
+from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest, read_summary_file
 
 
@@ -46,10 +47,10 @@ CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
 @functools.lru_cache(maxsize=1)
 def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
-    (``loglake.jobs.cds`` makes it at setup; it may not exist)."""
+    (``loglake.local.cds`` makes it at setup; it may not exist)."""
     import hashlib
 
-    from loglake.local.broker import java_executable
+    from loglake.core.paths import java_executable
     from loglake.core.errors import SetupError
 
     try:
@@ -67,7 +68,7 @@ def spark_conf(config: Config) -> dict[str, str]:
     # Long-lived drivers (the streams, the shared application) give memory they no longer use
     # back to the machine: a periodic GC when idle, and the heap shrunk to what it holds.
     jvm = f"{log4j} -XX:G1PeriodicGCInterval=15000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
-    if cds_archive().exists():  # the driver maps Spark's classes ready-parsed (loglake.jobs.cds)
+    if cds_archive().exists():  # the driver maps Spark's classes ready-parsed (loglake.local.cds)
         jvm += f" -XX:SharedArchiveFile={cds_archive()} {CDS_QUIET}"
     conf = {
         "spark.jars": ",".join(str(j) for j in paths.jars("spark")),
@@ -162,7 +163,7 @@ def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool
     if running:
         return running, False
     shared_app.address_file(config).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "loglake.core.processes",
+    cmd = [sys.executable, "-m", "loglake.jobs.supervisor",
            *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "server.py"), [], "loglake-jobs",
                            {"spark.scheduler.mode": "FAIR"})]
     pid = managed.start(cmd, env=job_env(config))
@@ -174,7 +175,7 @@ def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool
 
 def application(job: str) -> str:
     """The file spark-submit runs for ``job``."""
-    return str(paths.REPO_ROOT / "spark_jobs" / f"{job}.py")
+    return str(registry.job(job).application)
 
 
 def spark_submit(config: Config, request: JobRequest) -> list[str]:

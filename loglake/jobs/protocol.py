@@ -18,12 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loglake.core.errors import ParamError, is_transient
+from loglake.jobs.registry import job as registered
 from loglake.ledger.planning import Plan
 
-JOBS = ("speed", "batch", "quality", "maintenance", "rebuild", "replay")
 SUMMARY_PREFIX = "loglake-summary: "
-# What each job needs besides the dataset.
-_NEEDS_PLAN = {"batch", "quality"}
 
 
 @dataclass(frozen=True)
@@ -48,18 +46,17 @@ class JobRequest:
     dry_run: bool = False  # replay: count, write nothing
 
     def __post_init__(self) -> None:
-        if self.job not in JOBS:
-            raise ParamError("job", f"{self.job!r} is not one of {', '.join(JOBS)}")
-        if self.job in _NEEDS_PLAN and self.plan is None:
+        spec = registered(self.job)  # a ParamError for an unknown job
+        if spec.needs_plan and self.plan is None:
             raise ParamError("plan", f"the {self.job} job needs a plan")
         if self.plan is not None and self.plan.dataset != self.dataset:
             raise ParamError("plan", f"the plan is for dataset {self.plan.dataset!r}, not {self.dataset!r}")
-        if self.job == "quality" and not self.run_id:
-            raise ParamError("run_id", "the quality job needs the batch job's run id (its ledger rows)")
-        if self.job == "rebuild" and (not self.layer or not self.run_id):
-            raise ParamError("layer", "the rebuild job needs a layer (batch, speed, latest) and a run id")
-        if self.job == "replay" and not self.run_id:
-            raise ParamError("run_id", "the replay job needs a run id (its batch ranges are recorded under it)")
+        if spec.needs_layer and (not self.layer or not self.run_id):
+            raise ParamError("layer", f"the {self.job} job needs a layer (batch, speed, latest) and a run id")
+        if spec.needs_run_id and not self.run_id:
+            why = {"quality": "the batch job's run id (its ledger rows)",
+                   "replay": "a run id (its batch ranges are recorded under it)"}.get(self.job, "a run id")
+            raise ParamError("run_id", f"the {self.job} job needs {why}")
 
     def argv(self) -> list[str]:
         """The job's command-line arguments (what spark-submit passes after the application)."""

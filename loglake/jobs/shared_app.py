@@ -24,12 +24,13 @@ from typing import Callable
 
 from loglake.core.config import Config
 from loglake.core.errors import ParamError
+from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest
 from loglake.core.processes import Managed
 
 NAME = "spark-jobs"
 # The jobs it runs (the speed stream is an application of its own).
-SERVED = ("batch", "quality", "maintenance", "rebuild", "replay")
+SERVED = registry.served()
 # How long a job waits for the application while it starts before it runs under
 # spark-submit instead. A spark-submit started then pays a JVM and a session of its own,
 # longer than what is left of the application's start, and slows that start on a small

@@ -247,7 +247,7 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
 def stream_lease(config, dataset: str) -> Iterator[None]:
     """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError`` at once:
     one stream per dataset (its micro-batches after the first are appended without Delta's
-    transaction check, ``spark_jobs.speed.process_batch``). An ``flock`` on a file of
+    transaction check, ``spark_jobs.streaming.process_batch``). An ``flock`` on a file of
     ``lake.locks``: the kernel lets go when the holder's process ends, however it ends."""
     directory = lock_dir(config)
     directory.mkdir(parents=True, exist_ok=True)

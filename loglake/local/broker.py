@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loglake.core.errors import PortInUseError, ProcessError, SetupError
+from loglake.core.paths import java_executable
 from loglake.core.paths import jars
 from loglake.core.processes import command_line, free_port, port_open
 
@@ -53,17 +54,6 @@ LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 _START_MARK = "=== loglake: starting"  # written to kafka.log before each start
 _BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
 _ROTATE_BYTES = 50 * 1024 * 1024  # kafka.log is moved to kafka.log.1 at start beyond this
-
-
-def java_executable() -> str:
-    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
-    return found
 
 
 def _new_cluster_id() -> str:

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from loglake.core.config import Config
-from loglake.local.broker import EmbeddedKafka, _new_cluster_id, java_executable
+from loglake.core.paths import java_executable
+from loglake.local.broker import EmbeddedKafka, _new_cluster_id
 from loglake.core.errors import ConfigError, PortInUseError
 from loglake.jobs.launch import log4j_file, spark_home
 from loglake.core.processes import (Managed, descendants, free_port, free_ports, port_open, pss_bytes, state_label,

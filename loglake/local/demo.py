@@ -9,8 +9,12 @@ serving view is compared with a full recompute from the log.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
+from loglake.core import paths
 from loglake.core.config import Config, Dataset
 
 DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, count(DISTINCT user_id) AS users "
@@ -175,25 +179,14 @@ def run_demo(config: Config, count: int, bad_fraction: float) -> int:
 
 
 def compare_serving_view(config: Config) -> bool:
-    """A query over the serving view, and the same over a full recompute from the log."""
-    from spark_jobs.batch import recompute_from_log
-    from loglake.serving.spark import query
-    from loglake.jobs.session import get_spark
-
-    # The JVM's warnings and log lines go to the log; the demo prints the comparison.
-    spark = get_spark(config, "loglake-demo", {"spark.ui.showConsoleProgress": "false"},
-                      log_file=config.home / "logs" / "cli.log")
-    try:
-        served = query(spark, config, DEMO_SQL.format(view="job_views")).toPandas()
-        recompute_from_log(spark, config, config.dataset("job_views")).createOrReplaceTempView("recomputed")
-        full = spark.sql(DEMO_SQL.format(view="recomputed")).toPandas()
-    finally:
-        spark.stop()
-    print("\nserving view (batch below the watermark + speed above it):")
-    print("  " + DEMO_SQL.format(view="job_views"))
-    print(served.to_string(index=False))
-    same = served.equals(full)
-    print(f"full recompute from the log: {'identical' if same else 'DIFFERENT'}")
-    if not same:
-        print(full.to_string(index=False))
-    return same
+    """A query over the serving view, and the same over a full recompute from the log
+    (``spark_jobs/compare.py``, a Spark driver of its own)."""
+    env = {**os.environ, "LOGLAKE_HOME": str(config.home), "LOGLAKE_CONF": str(config.conf_dir),
+           "LOGLAKE_PROFILE": config.profile_name,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-m", "spark_jobs.compare", "job_views", DEMO_SQL], env=env,
+                       capture_output=True, text=True)
+    print(r.stdout, end="")
+    if r.returncode not in (0, 1):
+        print(f"the comparison failed (exit {r.returncode}): {r.stderr.strip().splitlines()[-1:] or ''}")
+    return r.returncode == 0

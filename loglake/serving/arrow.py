@@ -1,7 +1,7 @@
 """Tables and serving views as Arrow, without a JVM (delta-rs and its SQL engine).
 
-The same rules as the Spark side (``loglake/serving/spark.py``, whose SQL builders this
-reuses: plain strings): a dataset's tables and ledger are pinned at one consistent point
+The same rules and statements as the Spark side (``loglake.serving.sql``, plain strings
+both engines run): a dataset's tables and ledger are pinned at one consistent point
 (``loglake.ledger.snapshots.pin``); the serving view is batch rows below each partition's
 watermark plus speed rows at or above it (a changelog: the newest row per key, tombstones
 dropped); a column one side lacks (a field added since, ``loglake.ledger.schemas``) reads as null.
@@ -80,10 +80,10 @@ def serving_view(config: Config, ds: Dataset, snap):
 
 
 def view_sql(config: Config, ds: Dataset, snap, tables: dict) -> str:
-    """The serving view's SQL (``loglake.serving.spark``'s rules) over ``tables``: layer (batch,
+    """The serving view's SQL (``loglake.serving.sql``) over ``tables``: layer (batch,
     speed) → (the name it is registered under, the delta-rs table); a layer absent: none."""
     from loglake.ledger.snapshots import served_ranges
-    from loglake.serving.spark import changelog_view_sql, events_view_sql, null_filled
+    from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
     def typed(table) -> dict[str, str]:
         return {f.name: _SQL.get(getattr(f.type, "type", str(f.type)), "VARCHAR") for f in table.schema().fields}

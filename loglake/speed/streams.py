@@ -1,7 +1,7 @@
 """The speed layer's streams as background processes: start, stop, state, one-off runs.
 
 Each dataset's stream is ``spark_jobs/speed.py`` under spark-submit, kept alive by
-``loglake.core.processes.supervise`` (restarts with backoff; the checkpoint makes a restart
+``loglake.jobs.supervisor.supervise`` (restarts with backoff; the checkpoint makes a restart
 cost time, never data), with its pid and log under the state directory and its latest
 progress in ``run/speed-<dataset>.progress.json``. Used by ``loglake speed``, ``loglake
 up|down|status`` and the demo.
@@ -81,7 +81,7 @@ class SpeedStream:
         self.progress_file.parent.mkdir(parents=True, exist_ok=True)
         self.summary_file.unlink(missing_ok=True)
         request = self.request(False).with_summary_file(self.summary_file)
-        cmd = [sys.executable, "-m", "loglake.core.processes", *spark_submit(self.config, request)]
+        cmd = [sys.executable, "-m", "loglake.jobs.supervisor", *spark_submit(self.config, request)]
         return self.process.start(cmd, env=job_env(self.config)), True
 
     def stop(self) -> bool:

@@ -10,7 +10,7 @@ from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

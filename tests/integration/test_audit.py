@@ -14,7 +14,7 @@ from loglake.core.contracts import AUDIT_RESULTS
 from loglake.ledger.results import last_audit
 from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 from tests.integration.commands import loglake
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from spark_jobs.batch import recompute_from_log, run_batch
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.quality import run_quality
 from loglake.serving.spark import serving_view
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

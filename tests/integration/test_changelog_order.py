@@ -13,7 +13,7 @@ from loglake.kafka.admin import TIMEOUT, admin, list_topics
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.core.processes import wait_for
 from spark_jobs.delta_io import latest_per_key
-from spark_jobs.speed import start_stream
+from spark_jobs.streaming import start_stream
 
 pytestmark = pytest.mark.integration
 

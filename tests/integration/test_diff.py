@@ -13,7 +13,7 @@ from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 from tests.integration.commands import loglake
 

@@ -21,7 +21,7 @@ from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.rebuild import rebuild
 from loglake.serving.spark import query as serving_query
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 from tests.integration.test_audit import build_half
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from spark_jobs import delta_io
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.maintenance import run_maintenance
 from loglake.serving.spark import serving_view
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
 from spark_jobs import parse
 from spark_jobs.batch import run_batch
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from spark_jobs.batch import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.rebuild import rebuild
 from loglake.serving.spark import query
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

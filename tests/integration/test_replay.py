@@ -17,7 +17,7 @@ from spark_jobs.batch import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.replay import replay, revalidated
 from loglake.serving.spark import query, serving_view
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 from tests.integration.commands import loglake
 from tests.integration.test_cli import noise
 from tests.integration.test_schema_evolution import JOB_VIEWS_FIELDS, evolved

@@ -27,7 +27,7 @@ from loglake.ledger.schemas import check, recorded_versions, schema_status, sche
 from loglake.ledger.tables import open_table, query as delta_query
 from spark_jobs.pipeline import recompute_and_publish
 from loglake.serving.spark import query
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from spark_jobs.maintenance import run_maintenance
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.quality import run_quality
 from loglake.serving.spark import query, serving_view
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

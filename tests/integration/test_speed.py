@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from loglake.kafka.admin import group_offsets, log_bounds
 from loglake.local.produce import produce
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from loglake.local.produce import produce
 from loglake.ops.status import dataset_status
 from spark_jobs.kafka_source import check_retained
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 

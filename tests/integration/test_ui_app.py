@@ -22,7 +22,7 @@ from loglake.core.contracts import QUALITY_RESULTS
 from loglake.ledger.results import data_docs_dir
 from loglake.ops.status import dataset_status, format_status
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.speed import run_speed
+from spark_jobs.streaming import run_speed
 
 from loglake.testing import write_conf
 

@@ -26,7 +26,7 @@ CHILD = r"""
 import json, sys, time
 from types import SimpleNamespace
 from loglake.core.config import load_config
-from spark_jobs.speed import _PositionRecorder
+from spark_jobs.streaming import _PositionRecorder
 
 config = load_config(sys.argv[1], home=sys.argv[2])
 ds = config.dataset("job_views")

@@ -130,7 +130,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     from loglake.local.produce import produce
     from loglake.ops.status import dataset_status, format_status
     from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.speed import run_speed
+    from spark_jobs.streaming import run_speed
 
     config = airflow.config
     ds = config.dataset("job_views")

@@ -1,5 +1,7 @@
-"""The tree's layers point one way: no import cycles, the library never imports the CLI,
-Spark jobs share code through shared modules, never by importing one another.
+"""The tree's layers point one way: no import cycles, each package of ``loglake`` imports only
+the packages below it in the declared order (docs/architecture.md, "Packages and layer order"),
+``loglake`` never imports ``spark_jobs``, the library never imports the CLI, Spark jobs
+(``loglake.jobs.registry``) share code through shared modules, never by importing one another.
 
 Every import counts, also those inside functions (a lazy import is still a dependency):
 the graph is read from the source with ``ast``, nothing is imported.
@@ -9,13 +11,38 @@ the graph is read from the source with ``ast``, nothing is imported.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
+
+from loglake.jobs.registry import JOBS as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 # Package roots: (directory that is on sys.path, top-level packages or modules under it).
 SOURCES = [(ROOT, ["loglake", "spark_jobs", "bench", "soak", "dags"]), (ROOT / "plugins", ["loglake_airflow", "loglake_view"])]
-JOBS = {"spark_jobs.speed", "spark_jobs.batch", "spark_jobs.quality", "spark_jobs.maintenance", "loglake.serving.spark"}
+JOBS = {job.module for job in REGISTRY.values()}
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def declared_layers() -> list[set[str]]:
+    """The packages of ``loglake``, lowest layer first, as docs/architecture.md declares them:
+    the fenced block after the heading "Packages and layer order", one layer per line
+    (``1. core``, ``5. speed, maintenance, lifecycle, ops``)."""
+    text = ARCHITECTURE.read_text()
+    section = text.split("## Packages and layer order", 1)[1]
+    block = section.split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        m = re.match(r"\s*\d+\.\s+(.+?)\s*(#.*)?$", line)
+        if m:
+            layers.append({f"loglake.{name.strip()}" for name in m.group(1).split(",")})
+    return layers
+
+
+def package_of(module: str) -> str:
+    """``loglake.<package>`` for a module of the library (``loglake.cli`` is its own)."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
 
 
 def project_modules() -> dict[str, Path]:
@@ -109,6 +136,31 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
+
+
+def test_every_package_imports_only_those_below_it():
+    layers = declared_layers()
+    rank = {pkg: i for i, layer in enumerate(layers) for pkg in layer}
+    library = {package_of(m) for m in project_modules() if m.startswith("loglake.")}
+    assert library - set(rank) == set(), "packages missing from docs/architecture.md's layer order"
+    graph = import_graph()
+    upward = sorted((m, d) for m, deps in graph.items() if m.startswith("loglake.") for d in deps
+                    if d.startswith("loglake.") and package_of(d) != package_of(m)
+                    and rank[package_of(d)] >= rank[package_of(m)])
+    assert upward == []
+
+
+def test_the_library_never_imports_spark_jobs():
+    graph = import_graph()
+    offenders = {m: sorted(d for d in deps if d.startswith("spark_jobs")) for m, deps in graph.items()
+                 if m.split(".")[0] == "loglake" and any(d.startswith("spark_jobs") for d in deps)}
+    assert offenders == {}
+
+
+def test_every_registered_job_has_its_module():
+    modules = project_modules()
+    assert {job.module for job in REGISTRY.values()} <= set(modules)
+    assert all(job.application.is_file() for job in REGISTRY.values())
 
 
 def test_the_library_never_imports_the_cli():

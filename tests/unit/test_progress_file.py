@@ -8,7 +8,7 @@ import threading
 
 from loglake.core.config import load_config
 from loglake.testing import write_conf
-from spark_jobs.speed import _PositionRecorder
+from spark_jobs.streaming import _PositionRecorder
 
 
 def test_two_threads_keeping_the_progress_file_never_fail(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loglake.ledger.snapshots import DatasetSnapshot, served_ranges
 from loglake.core.predicates import below_watermark
-from loglake.serving.spark import changelog_view_sql, events_view_sql, from_batch
+from loglake.serving.sql import changelog_view_sql, events_view_sql, from_batch
 
 
 def test_below_watermark_predicate():

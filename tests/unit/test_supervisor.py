@@ -33,7 +33,7 @@ JOB = textwrap.dedent('''
 def command(tmp_path, plan: str) -> list[str]:
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    return [sys.executable, "-m", "loglake.core.processes", sys.executable, str(job), str(tmp_path / "runs"), plan,
+    return [sys.executable, "-m", "loglake.jobs.supervisor", sys.executable, str(job), str(tmp_path / "runs"), plan,
             "--summary-file", str(tmp_path / "summary"), "--progress-file", str(tmp_path / "progress")]
 
 

@@ -1,4 +1,4 @@
-"""A class-data sharing archive for Spark's drivers: ``python -m loglake.jobs.cds`` (``make setup``).
+"""A class-data sharing archive for Spark's drivers: ``python -m loglake.local.cds`` (``make setup``).
 
 A Spark driver loads some 16,800 classes before its first query (16,799 measured with
 ``-Xlog:class+load``, 12,547 of them from the archive); a JVM started with a CDS

@@ -1,0 +1,78 @@
+"""Every Spark job loglake runs, declared once.
+
+A job is a module under ``spark_jobs/`` that spark-submit runs as a file, or the shared
+Spark application imports and calls (``run_job``). What the rest of loglake needs to know
+of a job is here: its module, whether it writes a dataset's batch-side tables (it then takes
+the dataset's writer lease, ``loglake.ledger.leases``), whether the shared application runs
+it, and what its request must carry. ``loglake.jobs.protocol`` checks requests against it,
+``loglake.jobs.launch`` and ``loglake.jobs.shared_app`` send jobs by it,
+``spark_jobs/entry.py`` and ``spark_jobs/server.py`` run them by it, and the layer test
+reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loglake.core import paths
+from loglake.core.errors import ParamError
+
+
+@dataclass(frozen=True)
+class Job:
+    """One Spark job.
+
+    ``writes``: takes the dataset's writer lease while it runs (the speed stream appends
+    beside the writers under a stream lease of its own); ``shared``: the shared Spark
+    application runs it (a long-lived stream does not); ``needs_plan``, ``needs_run_id``,
+    ``needs_layer``: what its ``JobRequest`` must carry.
+    """
+
+    name: str
+    writes: bool
+    shared: bool
+    needs_plan: bool = False
+    needs_run_id: bool = False
+    needs_layer: bool = False
+    about: str = ""
+
+    @property
+    def module(self) -> str:
+        return f"spark_jobs.{self.name}"
+
+    @property
+    def application(self) -> Path:
+        """The file spark-submit runs."""
+        return paths.REPO_ROOT / "spark_jobs" / f"{self.name}.py"
+
+
+JOBS: dict[str, Job] = {j.name: j for j in (
+    Job("speed", writes=False, shared=False, about="the speed layer's stream (or one available-now run)"),
+    Job("batch", writes=True, shared=True, needs_plan=True, about="recompute exact offset ranges"),
+    Job("quality", writes=True, shared=True, needs_plan=True, needs_run_id=True,
+        about="validate a written range and publish it"),
+    Job("maintenance", writes=True, shared=True, about="expire, optimize and vacuum a dataset's tables"),
+    Job("rebuild", writes=True, shared=True, needs_run_id=True, needs_layer=True,
+        about="rebuild a table from the log"),
+    Job("replay", writes=True, shared=True, needs_run_id=True,
+        about="re-admit quarantined records the current config accepts"),
+)}
+
+
+def job(name: str) -> Job:
+    """The job named ``name``; a ParamError naming the known ones otherwise."""
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise ParamError("job", f"{name!r} is not one of {', '.join(JOBS)}") from None
+
+
+def served() -> tuple[str, ...]:
+    """The jobs the shared Spark application runs."""
+    return tuple(name for name, j in JOBS.items() if j.shared)
+
+
+def writers() -> tuple[str, ...]:
+    """The jobs that take a dataset's writer lease."""
+    return tuple(name for name, j in JOBS.items() if j.writes)

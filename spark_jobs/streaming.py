@@ -1,0 +1,407 @@
+"""The speed layer: Kafka → parse/validate/transform → Delta, exactly once, per micro-batch.
+
+The stream itself, shared by the speed job (``spark_jobs/speed.py``, under spark-submit:
+``loglake speed start|run``), the rebuild job and in-process callers (``run_speed``). Each micro-batch writes valid rows to ``speed.<dataset>`` and the rest to
+``quarantine.<dataset>``, both as Delta appends tied to (stream id, batch id): a batch
+replayed after a crash is skipped by Delta instead of written twice. Only after the batch
+is committed does the stream record its position in the dataset's Kafka consumer group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import DataLossError
+from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.leases import stream_lease, wait_while_paused
+from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
+from loglake.ledger.snapshots import speed_txn_app
+from loglake.ledger.tables import landed_positions
+from spark_jobs import delta_io, evolution, parse
+from spark_jobs.kafka_source import source_options
+
+
+def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
+                  batch_id: int, schema_version: int | None = None, topic: str | None = None,
+                  replay_possible: bool = True, small: bool = False) -> None:
+    """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
+
+    Events: one pass reads the batch, validates it and appends the valid rows while
+    counting the quarantined ones; only when there are some does a second pass (which
+    re-reads the batch but validates only the quarantined offsets the first one noted)
+    append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
+    use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
+    a crash whose valid rows had landed skips the count (the append would be skipped, so
+    nothing would be counted) and appends its quarantine unless that landed too. Only a
+    query's first micro-batch can be such a replay (``replay_possible``; Spark runs each later
+    one once, in order, and one query runs per checkpoint: ``run_speed`` holds the dataset's
+    ``stream_lease``): the others neither read the tables' logs for it nor ask Delta to check
+    their transaction id, which costs a reconstruction of the table's state per commit
+    (``delta_io.append_idempotent``). Each commit records (stream, batch) and
+    ``schema_version`` (the version of the dataset's schema it validated under).
+    """
+    # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
+    # stream to hold its appends meanwhile (loglake.ledger.leases.appends_paused): hold this batch.
+    waited, request = wait_while_paused(config, ds.name)
+    if request is not None:
+        print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
+              file=sys.stderr, flush=True)
+    speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
+    # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
+    # paying its fixed part, for a ``small`` micro-batch. Coalesced to the cores (no shuffle),
+    # it writes fewer files sooner (a big one keeps a task per Kafka partition: there the
+    # tasks' fetches overlap the others' work).
+    if small:
+        batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
+    validated = parse.validate(batch, ds)
+    meta = None if schema_version is None else {"loglake_schema_version": schema_version}
+    if ds.kind == "changelog":
+        validated = validated.persist()
+    # Delta checks (app_id, batch_id) only where a replay is possible: at a cost (delta_io).
+    checked = replay_possible
+    try:
+        landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
+        if landed is not None and landed >= batch_id:
+            in_quarantine = delta_io.committed_version(quarantine_path, app_id)
+            if in_quarantine is None or in_quarantine < batch_id:
+                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
+                                           batch_id, meta, ds.stats_columns)
+        else:
+            # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
+            # by one below the limit, else a window per partition (bounded either way).
+            exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
+            observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
+            delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
+                                       app_id, batch_id, meta, ds.stats_columns, checked=checked)
+            counts = observation.get
+            if counts["quarantined"]:
+                bad = parse.validate(parse.bad_records(batch, counts, config, topic or ds.topic), ds)
+                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta,
+                                           ds.stats_columns, checked=checked)
+        if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
+            changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
+            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
+                                  ds.stats_columns, checked=checked)
+    finally:
+        if ds.kind == "changelog":
+            validated.unpersist()
+
+
+def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
+    """Starting offsets for a *new* checkpoint: after what the tables already hold.
+
+    If the checkpoint was lost but the speed tables survive, starting from the earliest
+    offset would duplicate rows; instead resume each partition after its highest landed
+    offset (speed or speed-quarantine), and never below its batch watermark: maintenance
+    expires the speed rows below it, so a partition may hold none yet be covered up to
+    there (an accepted loss counts as covered: the stream resumes after it). Partitions
+    with neither start at earliest.
+    """
+    highest = landed_positions(config, ds, topic)
+    covered = batch_watermarks(config, ds) if topic == ds.topic else {}
+    if not highest and not covered:
+        return "earliest"
+    partitions = list_topics(config).get(topic, 0)
+    starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(partitions)}
+    # -2 means "earliest" in Spark's offsets JSON.
+    return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
+
+
+def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+    """``(partition, position, earliest, accepted)`` for each partition whose next offset to
+    read is no longer in the log: Kafka deleted it before the speed layer read it.
+    ``accepted``: an operator recorded the loss (``loglake accept-loss``).
+
+    The position is where the next run reads from: the checkpoint's, when it has one (Spark
+    resumes there, whatever else says otherwise), else one past the highest offset the
+    tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
+    group's record: it follows the checkpoint asynchronously and may be missing or behind.
+    """
+    from loglake.ledger.ranges import compute_watermarks, ledger_rows
+
+    earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
+    rows = ledger_rows(config, ds)
+    published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
+    with_lost = compute_watermarks(rows, earliest)
+    positions = checkpoint_position(spark, config.checkpoint_path(ds), ds.topic)
+    if positions is None:
+        positions = landed_positions(config, ds, ds.topic)
+    out = []
+    for p, pos in sorted(positions.items()):
+        pos = max(pos, published.get(p, -1))
+        if pos < earliest.get(p, 0):
+            out.append((p, pos, earliest[p], with_lost.get(p, -1) >= earliest[p]))
+    return out
+
+
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+    """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns the
+    accepted gaps (``speed_gaps``'): any means a new checkpoint (Spark's would still point
+    into the gap)."""
+    gaps = speed_gaps(spark, config, ds)
+    unaccepted = [g for g in gaps if not g[3]]
+    if unaccepted:
+        p, pos, lo, _ = unaccepted[0]
+        others = "".join(f", {ds.topic}[{q}] offsets [{a}, {b})" for q, a, b, _ in unaccepted[1:])
+        partition = f"--partition {p} " if len(unaccepted) == 1 else ""
+        raise DataLossError(ds.topic, p, pos, lo, f"{others.lstrip(', ') + ' too; ' if others else ''}retention "
+                            "deleted them before the speed layer read them; the stream waits until an operator "
+                            f"records the loss: loglake accept-loss {ds.name} {partition}--reason TEXT "
+                            "(or the loglake_accept_loss DAG)")
+    return gaps
+
+
+def is_data_loss(error: BaseException) -> bool:
+    """Spark's Kafka source failed because offsets it must read were deleted."""
+    text = " ".join(str(x) for x in (error, getattr(error, "_stackTrace", ""), error.__cause__) if x)
+    return ("KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
+            or "KafkaIllegalStateException" in text)
+
+
+def checkpoint_position(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int] | None:
+    """Per partition, the offset a query on ``checkpoint`` reads next: the end of its last
+    committed micro-batch, or (none committed yet) the offsets it started from; None when
+    the checkpoint holds neither."""
+    fs, path = _fs(spark, checkpoint)
+    commits = _numbered(fs, path(f"{checkpoint}/commits"))
+    if commits:
+        text = _read_text(spark, fs, path(f"{checkpoint}/offsets/{commits[-1]}"))
+    else:
+        # The Kafka source's initial offsets (its first micro-batch starts there).
+        initial = _numbered(fs, path(f"{checkpoint}/sources/0"))
+        text = _read_text(spark, fs, path(f"{checkpoint}/sources/0/{initial[0]}")) if initial else None
+    if text is None:
+        return None
+    for line in reversed(text.splitlines()):  # "v1", then metadata, then one line per source
+        line = line.strip()
+        if line.startswith("{") and f'"{topic}"' in line:
+            found = parse_spark_offsets(line).get(topic, {})
+            # -2/-1 stand for earliest/latest: nothing read yet, no position.
+            return {p: o for p, o in found.items() if o >= 0}
+    return None
+
+
+def _fs(spark: SparkSession, location: str):
+    """The Hadoop file system of ``location`` (a checkpoint: local, HDFS or an object store),
+    and the constructor of its paths."""
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.Path(location).getFileSystem(spark._jsc.hadoopConfiguration())
+    return fs, jvm.org.apache.hadoop.fs.Path
+
+
+def _numbered(fs, directory) -> list[int]:
+    """The numbered files of a checkpoint directory (micro-batch ids), ascending."""
+    if not fs.exists(directory):
+        return []
+    names = [status.getPath().getName() for status in fs.listStatus(directory)]
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def _read_text(spark: SparkSession, fs, path) -> str | None:
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+# A micro-batch of at most this many records is coalesced to the cores (``process_batch``).
+SMALL_BATCH_RECORDS = 10_000
+
+
+class _PositionRecorder(StreamingQueryListener):
+    """After each committed batch: record the position in Kafka (from a thread of its own,
+    so that a broker outage delays the record, never the stream) and keep a progress file."""
+
+    def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None):
+        self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
+        self.query_id: str | None = None
+        self.positions = PositionCommitter(config, ds.consumer_group, topic)
+        self.last_records: int | None = None  # records of the newest micro-batch reported
+        # The listener's thread and the main thread (the final progress) both keep the file.
+        self._file_lock = threading.Lock()
+
+    def record(self, progress_json: str) -> None:
+        progress = json.loads(progress_json)
+        if self.query_id is not None and progress.get("id") != self.query_id:
+            return
+        self.last_records = batch_records(progress, self.topic)
+        for source in progress.get("sources", []):
+            ends = parse_spark_offsets(source.get("endOffset") or "{}").get(self.topic)
+            if ends:
+                self.positions.submit(ends)
+        if self.progress_file is not None:
+            self._keep_progress(progress_json)
+
+    def _keep_progress(self, progress_json: str) -> None:
+        """Replace the progress file atomically; a failure is reported, never raised: the file
+        is a view for ``loglake status``, and the stream must not fail for it."""
+        # One writer at a time in this process, with a temporary name of the process's own
+        # (another process writing the same file cannot rename this one's away).
+        tmp = self.progress_file.with_name(f"{self.progress_file.name}.{os.getpid()}.tmp")
+        with self._file_lock:
+            try:
+                tmp.write_text(progress_json)
+                tmp.replace(self.progress_file)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                print(f"loglake: could not keep the progress file {self.progress_file}: {e}", file=sys.stderr,
+                      flush=True)
+
+    def onQueryStarted(self, event) -> None:
+        # When the stream (re)started: how long a restart took, for status and the soak.
+        if self.progress_file is not None:
+            try:
+                self.progress_file.with_suffix(".started").write_text(str(event.id))
+            except OSError:
+                pass
+
+    def onQueryProgress(self, event) -> None:
+        try:
+            self.record(event.progress.json)
+        except Exception as e:  # the stream must not die because a lag tool's view failed
+            print(f"loglake: could not record speed position: {e}", file=sys.stderr)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
+                 topic: str | None = None, progress_file: Path | None = None) -> tuple[StreamingQuery, _PositionRecorder]:
+    """Start the speed stream of ``ds``; returns the query and its position recorder."""
+    topic = topic or ds.topic
+    checkpoint = config.checkpoint_path(ds)
+    if topic == ds.topic:
+        check_partitions(ds, list_topics(config).get(topic, ds.partitions))
+        if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
+            _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+    # The schema version in force (a new one recorded when the conf gained a field since) and
+    # the stream's own tables evolved to it, before the first micro-batch.
+    schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
+    speed = config.profile.speed
+    fresh = not _checkpoint_has_offsets(spark, checkpoint)
+    # Quarantine rows are appended only by batches that have some: the table exists from
+    # the start all the same, for queries, the audit and the status page.
+    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns)
+    reader = spark.readStream.format("kafka").options(**source_options(config, topic))
+    reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
+    reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
+    source = reader.load()
+
+    stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
+    recorder = _PositionRecorder(config, ds, topic, progress_file)
+
+    def on_batch(batch: DataFrame, batch_id: int) -> None:
+        first = "id" not in stream_id  # only a query's first micro-batch can replay one that landed
+        if first:
+            # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
+            meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
+            stream_id["id"] = json.loads(meta)["id"]
+        # Small: the previous micro-batch was (the next one is much like it at a steady rate).
+        small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
+        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version, topic,
+                      replay_possible=first, small=small)
+
+    writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
+    writer = writer.foreachBatch(on_batch)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=f"{speed.trigger_seconds} seconds")
+    spark.streams.addListener(recorder)
+    query = writer.start()
+    recorder.query_id = str(query.id)
+    return query, recorder
+
+
+def _set_aside(spark: SparkSession, checkpoint: str) -> None:
+    """Rename a checkpoint to ``<checkpoint>.before-loss-<time>`` (kept for inspection)."""
+    fs, path = _fs(spark, checkpoint)
+    target = path(f"{checkpoint}.before-loss-{time.strftime('%Y%m%dT%H%M%S')}")
+    fs.rename(path(checkpoint), target)
+    print(f"loglake: speed {checkpoint}: position in an accepted loss; checkpoint set aside as {target}; "
+          f"resuming after the loss", file=sys.stderr, flush=True)
+
+
+def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
+    fs, path = _fs(spark, checkpoint)
+    return bool(_numbered(fs, path(f"{checkpoint}/offsets")))
+
+
+def batch_records(progress: dict, topic: str) -> int:
+    """Records of a micro-batch, from its offset range (``numInputRows`` counts a record
+    once per pass over it, and a batch with quarantined records makes a second pass)."""
+    total = 0
+    for source in progress.get("sources", []):
+        start = parse_spark_offsets(source.get("startOffset") or "{}").get(topic, {})
+        end = parse_spark_offsets(source.get("endOffset") or "{}").get(topic, {})
+        total += sum(e - start.get(p, 0) for p, e in end.items())
+    return total
+
+
+def stream_summary(last: dict | None) -> dict:
+    """Records and processing time of the batches this run made (JVM start excluded)."""
+    batches = (last or {}).get("_batches", {})
+    rows = sum(r for r, _ms in batches.values())
+    secs = sum(ms for _r, ms in batches.values()) / 1000
+    return {"batches": len(batches), "records": rows, "processing_seconds": round(secs, 3),
+            "records_per_second": round(rows / secs) if secs else None}
+
+
+def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
+              topic: str | None = None, progress_file: Path | None = None) -> dict | None:
+    """Run the speed stream until it ends (available-now) or is stopped; return last progress.
+    Holds the dataset's ``stream_lease`` meanwhile (another stream of it: ``StreamRunningError``)."""
+    with stream_lease(config, ds.name):
+        return _run_speed(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file)
+
+
+def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool, topic: str | None,
+               progress_file: Path | None) -> dict | None:
+    query, recorder = start_stream(spark, config, ds, available_now=available_now, topic=topic,
+                                   progress_file=progress_file)
+
+    def stop(signum, frame):
+        # Not query.stop() here: the handler runs on the main thread, which is inside a Py4J
+        # call (awaitTermination); a second call on it fails ("reentrant call").
+        threading.Thread(target=query.stop, name="loglake-speed-stop", daemon=True).start()
+
+    if not available_now:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    try:
+        try:
+            query.awaitTermination()
+        finally:
+            spark.streams.removeListener(recorder)
+        last = query.lastProgress
+        if last is None:
+            return None
+        # Listener events are asynchronous: make sure the final position is recorded.
+        last_json = last.json if hasattr(last, "json") else json.dumps(last, default=str)
+        recorder.record(last_json)
+    finally:
+        if not recorder.positions.close():
+            print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
+                  f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
+    batches = {}  # batch id → (records, trigger ms), from the query's own record
+    for p in query.recentProgress:
+        p = json.loads(p.json) if hasattr(p, "json") else p
+        records = batch_records(p, topic or ds.topic)
+        if records:
+            batches[p["batchId"]] = (records, p.get("durationMs", {}).get("triggerExecution", 0))
+    return {**json.loads(last_json), "_batches": batches}
