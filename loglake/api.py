@@ -18,6 +18,9 @@ from pathlib import Path
 
 from loglake.core.config import Config, load_config
 from loglake.core.errors import ParamError
+from loglake.ledger.schemas import check_all
+from loglake.ledger.tables import dataset_tables
+from loglake.serving.arrow import read
 
 
 class Lake:
@@ -32,7 +35,9 @@ class Lake:
     def spark(self):
         """The Spark session (started on first use, its JVM output to ``<state>/logs/api.log``)."""
         if self._spark is None:
-            from loglake.jobs.session import get_spark
+            from loglake.jobs.session import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+                get_spark
+            )
 
             self._spark = get_spark(self.config, "loglake-api", {"spark.ui.showConsoleProgress": "false"},
                                     log_file=Path(self.config.home) / "logs" / "api.log")
@@ -41,7 +46,7 @@ class Lake:
     def sql(self, statement: str, as_of: str | None = None):
         """A read-only Spark SQL statement over the serving views and raw tables; a DataFrame.
         ``as_of``: a timestamp (everything, consistent) or a Delta version (raw tables)."""
-        from loglake.serving.spark import query
+        from loglake.serving.spark import query  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
         return query(self.spark, self.config, statement, as_of)
 
@@ -51,7 +56,6 @@ class Lake:
 
     def tables(self) -> list[str]:
         """The names ``sql`` and ``arrow`` know: each dataset's tables and serving view."""
-        from loglake.ledger.tables import dataset_tables
 
         return sorted([ds.name for ds in self.config.datasets.values()]
                       + [t.name for ds in self.config.datasets.values() for t in dataset_tables(self.config, ds)])
@@ -59,7 +63,6 @@ class Lake:
     def arrow(self, name: str):
         """A raw table or a dataset's serving view as a ``pyarrow.Table``, read with delta-rs
         (no JVM) at one pinned point."""
-        from loglake.serving.arrow import read
 
         if name not in self.tables():
             raise ParamError("name", f"unknown table or view {name!r}; known: {', '.join(self.tables())}")
@@ -88,7 +91,6 @@ def connect(conf_dir: str | Path | None = None, profile: str | None = None, *, h
     or ``conf/``, ``$LOGLAKE_PROFILE``, ``$LOGLAKE_HOME``), each overridable; ``spark``: an
     existing session to use instead of starting one. A schema change the tables cannot
     take is refused here too (``loglake.ledger.schemas``)."""
-    from loglake.ledger.schemas import check_all
 
     config = load_config(conf_dir, profile, home=home)
     check_all(config)

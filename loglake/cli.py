@@ -11,20 +11,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from datetime import datetime, timezone
 
 from loglake.core.config import Config, Dataset, load_config
-from loglake.core.errors import JobError, LoglakeError
+from loglake.core.errors import JobError, LoglakeError, ParamError
+from loglake.jobs.launch import run_job
 from loglake.jobs.protocol import JobRequest
-
+from loglake.kafka.admin import list_topics, log_bounds
+from loglake.ledger.history import format_history, table_history
+from loglake.ledger.leases import writer
+from loglake.ledger.losses import accept_loss, find_losses
+from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.ledger.schemas import check_all
+from loglake.ledger.tables import table_summary
+from loglake.lifecycle.rebuilds import run_rebuild
+from loglake.lifecycle.replays import run_replay
+from loglake.local import stack
+from loglake.local.cluster import LocalCluster
+from loglake.local.demo import run_demo
+from loglake.local.produce import produce
+from loglake.local.stack import broker
+from loglake.maintenance.runs import datasets_with_tables, format_log_rows
+from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.diff import diff_range, format_diff
+from loglake.ops.status import dataset_status, format_status
+from loglake.serving.arrow import Unsupported
+from loglake.serving.arrow import sql as arrow_sql
+from loglake.serving.arrow import writes_for_sure
+from loglake.speed.streams import SpeedStream, streams
 
 # --- kafka ----------------------------------------------------------------------------
 
 
 def cmd_kafka(config: Config, args) -> int:
-    from loglake.local.stack import broker
 
     if args.action in ("start", "stop") and config.profile.local_cluster is not None:
         print(f"loglake: error: profile {config.profile_name!r} runs a {len(config.kafka.ports)}-node Kafka "
@@ -53,7 +75,6 @@ def cmd_kafka(config: Config, args) -> int:
 
 
 def cmd_cluster(config: Config, args) -> int:
-    from loglake.local.cluster import LocalCluster
 
     cluster = LocalCluster(config)
     if args.action == "up":
@@ -71,7 +92,6 @@ def cmd_cluster(config: Config, args) -> int:
 
 
 def kafka_status(config: Config) -> int:
-    from loglake.kafka.admin import list_topics, log_bounds
 
     topics = list_topics(config)
     sec = config.kafka.security
@@ -90,7 +110,6 @@ def kafka_status(config: Config) -> int:
 
 
 def cmd_produce(config: Config, args) -> int:
-    from loglake.local.produce import produce
 
     ds = config.dataset(args.dataset)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
@@ -108,8 +127,6 @@ def cmd_produce(config: Config, args) -> int:
 
 
 def cmd_speed(config: Config, args) -> int:
-    from loglake.local import stack
-    from loglake.speed.streams import SpeedStream
 
     if args.action == "run":
         if not args.dataset:
@@ -133,8 +150,6 @@ def cmd_speed(config: Config, args) -> int:
 
 
 def speed_status(config: Config, name: str | None) -> int:
-    from loglake.ops.status import dataset_status, format_status
-    from loglake.speed.streams import streams
 
     for stream in streams(config, name):
         line = f"speed {stream.ds.name}: {stream.state()}"
@@ -151,7 +166,6 @@ def speed_status(config: Config, name: str | None) -> int:
 
 
 def _print_tables(config: Config, ds: Dataset) -> None:
-    from loglake.ledger.tables import table_summary
 
     for line in table_summary(config, ds):
         print(f"  {line}")
@@ -174,8 +188,6 @@ def _run_id(kind: str) -> str:
 def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     """Print the plan; unless dry-run, write it (batch job), validate and publish it (quality
     job) as the DAGs do, and print a summary of each."""
-    from loglake.jobs.launch import run_job
-    from loglake.ops.status import dataset_status, format_status
 
     print(plan.describe())
     if dry_run:
@@ -184,7 +196,6 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     if plan.empty:
         print(f"{ds.name}: nothing to recompute (the batch layer is at the log end)")
         return 0
-    from loglake.ledger.leases import writer
 
     run_id = _run_id(plan.kind)
     # Write, validate, publish under one lease: no other writer of the dataset in between.
@@ -219,14 +230,12 @@ def print_quality(ds: Dataset, outcome) -> int:
 
 
 def cmd_batch(config: Config, args) -> int:
-    from loglake.ledger.planning import plan_batch
 
     ds = config.dataset(args.dataset)
     return run_plan(config, ds, plan_batch(config, ds), args.dry_run)
 
 
 def cmd_backfill(config: Config, args) -> int:
-    from loglake.ledger.planning import plan_backfill
 
     ds = config.dataset(args.dataset)
     plan = plan_backfill(config, ds, ranges=args.range, from_ts=args.from_ts, to_ts=args.to_ts)
@@ -236,10 +245,7 @@ def cmd_backfill(config: Config, args) -> int:
 def cmd_query(config: Config, args) -> int:
     """Run a read-only statement: by the Arrow engine (delta-rs' DataFusion, no JVM) when it
     answers it as Spark would, else by Spark (``--engine`` chooses)."""
-    import logging
 
-    from loglake.serving.arrow import Unsupported, writes_for_sure
-    from loglake.core.errors import ParamError
 
     if args.engine in (None, "arrow"):
         try:
@@ -263,7 +269,6 @@ def cmd_query(config: Config, args) -> int:
 def arrow_rows(config: Config, sql: str, as_of: str | None = None, strict: bool = True):
     """A statement's rows by the Arrow engine (``loglake.serving.arrow.sql``) as a pandas
     DataFrame, as Spark's ``toPandas`` gives them (timestamps in UTC without a zone)."""
-    from loglake.serving.arrow import sql as arrow_sql
 
     pdf = arrow_sql(config, sql, as_of, strict).to_pandas()
     for column in pdf.columns:
@@ -275,12 +280,13 @@ def arrow_rows(config: Config, sql: str, as_of: str | None = None, strict: bool 
 def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 0, spark=None):
     """A statement's rows by Spark (``loglake.serving.spark.query``) as a pandas DataFrame; a
     session of its own (JVM output to ``cli.log``), stopped after, unless ``spark`` is given."""
-    import logging
 
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.serving.spark import query, register_tables
-    from loglake.jobs.session import get_spark
+    from loglake.jobs.session import get_spark  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from loglake.serving.spark import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+        query, register_tables
+    )
 
     own = spark is None
     # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
@@ -315,8 +321,6 @@ def render_rows(pdf, fmt: str) -> str:
 
 def cmd_maintain(config: Config, args) -> int:
     """Expire, optimize and vacuum each dataset's tables (the maintenance job under spark-submit)."""
-    from loglake.jobs.launch import run_job
-    from loglake.maintenance.runs import datasets_with_tables, format_log_rows
 
     chosen = datasets_with_tables(config, args.dataset)
     for name in sorted(set(args.dataset or config.datasets) - {ds.name for ds in chosen}):
@@ -342,7 +346,6 @@ def cmd_maintain(config: Config, args) -> int:
 def cmd_demo(config: Config, args) -> int:
     """The whole platform: Kafka, speed streams, Airflow; a scheduled batch through the quality
     gate, maintenance while streaming, audits, and an exact serving view (``loglake.local.demo``)."""
-    from loglake.local.demo import run_demo
 
     return run_demo(config, args.count, args.bad_fraction)
 
@@ -352,7 +355,6 @@ def cmd_demo(config: Config, args) -> int:
 
 def cmd_audit(config: Config, args) -> int:
     """Every retained offset exactly once in its layer's tables; non-zero exit when not."""
-    from loglake.ops.audit import audit_dataset, format_audit
 
     ds = config.dataset(args.dataset)
     if args.sample < 0:
@@ -364,7 +366,6 @@ def cmd_audit(config: Config, args) -> int:
 
 def cmd_accept_loss(config: Config, args) -> int:
     """Record the offsets Kafka lost before a layer read them as lost (who, when, why)."""
-    from loglake.ledger.losses import accept_loss, find_losses
 
     ds = config.dataset(args.dataset)
     if args.dry_run:
@@ -384,7 +385,6 @@ def cmd_accept_loss(config: Config, args) -> int:
 
 def cmd_rebuild(config: Config, args) -> int:
     """Make a damaged or deleted table again from the log (``loglake.lifecycle.rebuilds.run_rebuild``)."""
-    from loglake.lifecycle.rebuilds import run_rebuild
 
     ds = config.dataset(args.dataset)
     run_rebuild(config, ds, [args.layer] if args.layer else None, _run_id("rebuild"), say=print)
@@ -394,7 +394,6 @@ def cmd_rebuild(config: Config, args) -> int:
 
 def cmd_replay(config: Config, args) -> int:
     """Move the quarantined records the current config accepts into their layer (``loglake.lifecycle.replays``)."""
-    from loglake.lifecycle.replays import run_replay
 
     ds = config.dataset(args.dataset)
     run_replay(config, ds, _run_id("replay"), args.reason_code, args.dry_run, say=print)
@@ -405,7 +404,6 @@ def cmd_replay(config: Config, args) -> int:
 
 def cmd_history(config: Config, args) -> int:
     """A table's Delta history with loglake's meaning per version (delta-rs, no JVM)."""
-    from loglake.ledger.history import format_history, table_history
 
     print("\n".join(format_history(args.table, table_history(config, args.table, args.limit))))
     return 0
@@ -413,7 +411,6 @@ def cmd_history(config: Config, args) -> int:
 
 def cmd_diff(config: Config, args) -> int:
     """Batch against speed rows for one partition's offsets; explains, never fails on differences."""
-    from loglake.ops.diff import diff_range, format_diff
 
     ds = config.dataset(args.dataset)
     if args.sample < 0:
@@ -533,7 +530,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _platform(action: str):
     def run(config: Config, args) -> int:
-        from loglake.local import stack
         return getattr(stack, action)(config)
     return run
 
@@ -557,7 +553,6 @@ def _check_args(args) -> None:
 def keep_logs(config: Config) -> None:
     """loglake's own log records (librdkafka's retries and notices among them, through
     ``loglake.kafka``) go to ``<state>/logs/cli.log``; the console gets the answers."""
-    import logging
 
     logger = logging.getLogger("loglake")
     for h in [h for h in logger.handlers if getattr(h, "loglake_cli", False)]:  # main() run again
@@ -584,8 +579,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command not in ("down", "status", "kafka", "cluster"):
             # A schema change the tables cannot take is refused before anything runs (status
             # says it among the rest; down and kafka must work whatever a dataset's conf says).
-            from loglake.ledger.schemas import check_all
-
             check_all(config)
         keep_logs(config)
         handler = {"kafka": cmd_kafka, "cluster": cmd_cluster, "produce": cmd_produce, "speed": cmd_speed,

@@ -14,6 +14,7 @@ set to run locally.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -25,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from loglake.core import paths
 from loglake.core.contracts import PROVENANCE, SystemTable
-from loglake.core.regex import java_incompatibility
 from loglake.core.errors import ConfigError, KeyedValueError, refusal_recorder
+from loglake.core.regex import java_incompatibility
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 LAYERS = ("speed", "batch", "quarantine", "latest")
@@ -249,7 +250,6 @@ class Dataset(_Strict):
 
     def load_transform(self):
         """Import the transform function named by ``transform``."""
-        import importlib
 
         module, _, func = self.transform.partition(":")
         try:

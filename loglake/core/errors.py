@@ -14,7 +14,11 @@ quality gate) fail once: retrying would only repeat the same answer.
 
 from __future__ import annotations
 
+import re
+import time
 from typing import ClassVar
+
+from confluent_kafka import KafkaError
 
 
 class LoglakeError(Exception):
@@ -155,7 +159,6 @@ def refusal_recorder(bootstrap: str):
     librdkafka reports a refused login only as an error event (the failed call itself just
     says "transport failure" once its time is up); the events arrive when the client is polled.
     """
-    import time
 
     def record(error) -> None:
         reason = refusal_reason(error)
@@ -174,9 +177,7 @@ def kafka_refusal(bootstrap: str, since: float) -> str | None:
 def refusal_reason(error) -> str | None:
     """For a librdkafka error event: the broker's refusal of the client's login or TLS, in a
     few words (None: some other error)."""
-    import re
 
-    from confluent_kafka import KafkaError
 
     text = re.sub(r"^\S+/bootstrap: |^\S+://\S+: ", "", error.str())
     text = re.sub(r" \(after \d+ms in state \w+\)$", "", text).strip()
@@ -305,10 +306,8 @@ def known_transient(error: BaseException) -> bool:
 
 def _kafka_error(error: BaseException) -> bool | None:
     """For a confluent-kafka exception: whether it is retriable (None for other exceptions)."""
-    try:
-        from confluent_kafka import KafkaError, KafkaException
-    except ImportError:  # pragma: no cover - confluent-kafka is a dependency
-        return None
+    from confluent_kafka import KafkaError, KafkaException  # deferred: kept off the start of DAG parsing
+
     if not isinstance(error, KafkaException) or not error.args or not isinstance(error.args[0], KafkaError):
         return None
     err = error.args[0]
@@ -318,7 +317,6 @@ def _kafka_error(error: BaseException) -> bool | None:
 def retriable_kafka_codes() -> set[int]:
     """librdkafka error codes that mean "not yet": the broker, a partition's leader or a
     group's coordinator is on its way."""
-    from confluent_kafka import KafkaError
 
     return {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT,

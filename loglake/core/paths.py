@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -20,7 +21,6 @@ def code_files() -> list[Path]:
 def code_digest() -> str:
     """A hash of ``code_files``: which code a process runs (the shared Spark application
     refuses jobs of other code; a cluster's code archive is named by it)."""
-    import hashlib
 
     digest = hashlib.sha256()
     for f in code_files():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -95,7 +96,6 @@ def state_label(pid: int | None) -> str:
 
 def free_port() -> int:
     """A TCP port free on localhost right now (the OS picks it; racy but fine for tests)."""
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -105,7 +105,6 @@ def free_port() -> int:
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free on localhost right now (all bound at once while chosen,
     so no two are the same; racy against other processes like ``free_port``)."""
-    import socket
 
     socks = []
     try:
@@ -121,7 +120,6 @@ def free_ports(n: int) -> list[int]:
 
 def port_open(port: int, timeout: float = 0.5) -> bool:
     """Whether something accepts TCP connections on localhost:``port``."""
-    import socket
 
     try:
         with socket.create_connection(("localhost", port), timeout=timeout):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, TypeVar
 
-from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay,
-                      wait_random_exponential)
+from tenacity import (
+    RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_random_exponential
+)
 
 from loglake.core.errors import known_transient
 

@@ -8,22 +8,28 @@ settings and environment, and read its answer through ``loglake.jobs.protocol``.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config
-from loglake.jobs import registry
+from loglake.core.errors import SetupError
+from loglake.core.paths import java_executable
+from loglake.core.processes import wait_for
+from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
+from loglake.ledger.leases import current_token
 
 
 def spark_home() -> Path:
     """The pyspark wheel of this interpreter's environment: Spark's bin/ and jars/."""
-    import importlib.util
 
     return Path(importlib.util.find_spec("pyspark").origin).parent
 
@@ -48,10 +54,7 @@ CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
 def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
     (``loglake.local.cds`` makes it at setup; it may not exist)."""
-    import hashlib
 
-    from loglake.core.paths import java_executable
-    from loglake.core.errors import SetupError
 
     try:
         version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
@@ -122,7 +125,6 @@ def code_archive(config: Config) -> Path:
     """The project's Python code as one zip for ``--py-files``: how it reaches a cluster's
     executors (they do not share the driver's checkout). Named by a hash of its content,
     built once per change under ``<state>/dist``."""
-    import zipfile
 
     target = config.home / "dist" / f"loglake-code-{paths.code_digest()}.zip"
     if not target.exists():
@@ -155,8 +157,6 @@ def job_env(config: Config) -> dict[str, str]:
 def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool]:
     """Start the shared Spark application (``loglake.jobs.shared_app``) unless it runs, supervised
     like a speed stream; (pid, whether started now). With ``wait``, until it answers."""
-    from loglake.jobs import shared_app
-    from loglake.core.processes import wait_for
 
     managed = shared_app.process(config)
     running = managed.pid()
@@ -241,8 +241,6 @@ def run_job(config: Config, request: JobRequest) -> JobOutcome:
     """Run ``request`` and wait: in the shared Spark application when it runs
     (``loglake.jobs.shared_app``), else under spark-submit. Its output goes to a log file (JVM and
     Spark warnings included), its answer comes back as the summary."""
-    from loglake.jobs import shared_app
-    from loglake.ledger.leases import current_token
 
     log = job_log(config, request)
     log.parent.mkdir(parents=True, exist_ok=True)

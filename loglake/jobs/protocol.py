@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -177,7 +178,6 @@ class Phases:
 
     @contextmanager
     def __call__(self, name: str):
-        import time
 
         t0 = time.monotonic()
         try:

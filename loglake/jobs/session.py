@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from loglake.core.config import Config
-from loglake.jobs.launch import loopback, code_archive, is_local, spark_conf
+from loglake.jobs.launch import code_archive, is_local, loopback, spark_conf
 
 log = logging.getLogger("loglake.spark")
 
@@ -53,7 +53,7 @@ def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] |
     log4j's console appender, anything it prints later — instead of to this process's
     stdout and stderr (a command's output is its answer).
     """
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # One machine: bind the driver to loopback instead of whatever the hostname resolves to

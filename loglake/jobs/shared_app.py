@@ -24,9 +24,10 @@ from typing import Callable
 
 from loglake.core.config import Config
 from loglake.core.errors import ParamError
+from loglake.core.paths import code_digest
+from loglake.core.processes import Managed
 from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest
-from loglake.core.processes import Managed
 
 NAME = "spark-jobs"
 # The jobs it runs (the speed stream is an application of its own).
@@ -64,7 +65,6 @@ def _connect(address: dict, timeout: float) -> socket.socket | None:
 def identity(config: Config) -> dict:
     """What a request must match to run in the application: its state and conf directories,
     profile and code."""
-    from loglake.core.paths import code_digest
 
     return {"home": str(config.home), "conf": str(config.conf_dir), "profile": config.profile_name,
             "code": code_digest()}

@@ -9,11 +9,13 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, KafkaAuthenticationError, KafkaUnavailableError,
-                            kafka_refusal, known_transient)
+from loglake.core.errors import (
+    ConfigError, CoordinatorNotReadyError, KafkaAuthenticationError, KafkaUnavailableError, kafka_refusal,
+    known_transient
+)
 from loglake.core.retrying import retry_transient
 
 TIMEOUT = 15.0
@@ -389,7 +391,6 @@ def read_records(config: Config, topic: str, wanted: dict[int, list[int]], timeo
 def topic_configs(config: Config, topic: str, names: tuple[str, ...] = ("retention.ms", "cleanup.policy"),
                   timeout: float = TIMEOUT) -> dict[str, str]:
     """The values of the topic settings ``names`` (the broker default where not set on the topic)."""
-    from confluent_kafka.admin import ConfigResource, ResourceType
 
     client = admin(config)  # keep a reference: a collected client cancels its futures
     res = ConfigResource(ResourceType.TOPIC, topic)

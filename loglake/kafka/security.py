@@ -27,6 +27,7 @@ The nodes of a local cluster (``loglake.local.cluster``) share one ``BrokerSecur
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import ipaddress
 import os
 import secrets
@@ -37,6 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import SecretStr
 
 from loglake.core.config import BROKER_USER, KafkaSecurity, embedded_ca_file
@@ -73,21 +80,17 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def _name(common_name: str):
-    from cryptography.x509.oid import NameOID
-    from cryptography import x509
 
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "loglake"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _new_key():
-    from cryptography.hazmat.primitives.asymmetric import ec
 
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _key_pem(key) -> bytes:
-    from cryptography.hazmat.primitives import serialization
 
     # Unencrypted PKCS#8: what Kafka's PEM key store reads without ssl.key.password (the
     # file's mode, 0600 in a 0700 directory, is what protects it).
@@ -96,14 +99,11 @@ def _key_pem(key) -> bytes:
 
 
 def _cert_pem(cert) -> bytes:
-    from cryptography.hazmat.primitives import serialization
 
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _new_ca():
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
 
     key = _new_key()
     now = dt.datetime.now(dt.timezone.utc)
@@ -121,9 +121,6 @@ def _new_ca():
 
 
 def _new_broker_cert(ca_key, ca_cert):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     key = _new_key()
     now = dt.datetime.now(dt.timezone.utc)
@@ -142,7 +139,6 @@ def _new_broker_cert(ca_key, ca_cert):
 
 
 def _needs_new_broker_cert(path: Path, ca_cert) -> bool:
-    from cryptography import x509
 
     try:
         cert = x509.load_pem_x509_certificates(path.read_bytes())[0]
@@ -160,8 +156,6 @@ def _needs_new_broker_cert(path: Path, ca_cert) -> bool:
 
 def ensure_tls(directory: Path) -> None:
     """The CA (once) and the broker's certificate (again when missing, foreign or near expiry)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
 
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
@@ -219,7 +213,6 @@ class BrokerSecurity:
     def prepare(self) -> None:
         """Generate what is missing: CA, broker certificate, the broker user's password. Safe
         when the nodes of a local cluster prepare side by side (one at a time, under a lock)."""
-        import fcntl
 
         self.directory.mkdir(parents=True, exist_ok=True)
         with os.fdopen(os.open(self.directory / ".prepare.lock", os.O_RDWR | os.O_CREAT, 0o600)) as guard:
@@ -277,9 +270,6 @@ class BrokerSecurity:
 
     def set_client_user(self, bootstrap: str, timeout: float = 15.0) -> None:
         """Give the client user its SCRAM credential, with the password the profile has now."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
 
         mechanism = getattr(ScramMechanism, self.mechanism.replace("-", "_"))
         admin = AdminClient(self.admin_conf(bootstrap, log_level=0))

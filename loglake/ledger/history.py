@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import MAINTENANCE_LOG
 from loglake.core.errors import ParamError
-from loglake.ledger.ranges import serving_record
+from loglake.ledger.ranges import ledger_rows, serving_record
+from loglake.ledger.tables import dataset_tables, open_table, query
 
 _METRICS = (("numOutputRows", "+{} rows"), ("num_added_rows", "+{} rows"), ("numTargetRowsInserted", "+{} inserted"),
             ("numTargetRowsUpdated", "{} updated"), ("numTargetRowsDeleted", "{} deleted"),
@@ -37,7 +39,6 @@ class Resolved:
 
 def resolve(config: Config, table: str) -> Resolved:
     """The dataset table named ``table`` as in queries (``batch.job_views``, ``speed.company_ceos_latest``)."""
-    from loglake.ledger.tables import dataset_tables
 
     known = {t.name: Resolved(ds, t.layer, t.name, t.path)
              for ds in config.datasets.values() for t in dataset_tables(config, ds)}
@@ -49,7 +50,6 @@ def resolve(config: Config, table: str) -> Resolved:
 def _txn(path: str, version: int) -> dict | None:
     """The commit's ``txn`` action (appId, version), from its log file; None when it has none
     or the log is not on a filesystem readable here."""
-    from pathlib import Path
 
     if "://" in path and not path.startswith("file:"):
         return None
@@ -65,7 +65,6 @@ def _txn(path: str, version: int) -> dict | None:
 
 
 def _maintenance(config: Config, path: str) -> list[dict]:
-    from loglake.ledger.tables import open_table, query
 
     table = open_table(config.system_table_path(MAINTENANCE_LOG))
     if table is None:
@@ -76,7 +75,6 @@ def _maintenance(config: Config, path: str) -> list[dict]:
 
 def _served(config: Config, ref: Resolved) -> dict[int, list[dict]]:
     """Version → the ledger rows that made it the served one (batch and quarantine tables)."""
-    from loglake.ledger.ranges import ledger_rows
 
     column = {"batch": "batch_version", "quarantine": "quarantine_version"}.get(ref.layer)
     out: dict[int, list[dict]] = {}
@@ -143,7 +141,6 @@ def foreign_commits(path: str, served: int | None, served_at_ms: int | None = No
     is younger than that was made anew since (a rebuild, a table removed and written again),
     so all its commits count. No table: none.
     """
-    from loglake.ledger.tables import open_table
 
     table = open_table(path, upto)
     if table is None:
@@ -228,7 +225,6 @@ def _metrics(entry: dict) -> str:
 
 def table_history(config: Config, table: str, limit: int = 20) -> list[dict]:
     """The newest ``limit`` versions of ``table``: version, timestamp, operation, metrics, meaning."""
-    from loglake.ledger.tables import open_table
 
     if limit < 1:
         raise ParamError("limit", f"must be >= 1, found {limit}")

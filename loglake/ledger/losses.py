@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from loglake.core.config import Config, Dataset
+from loglake.core.contracts import LEDGER
 from loglake.core.errors import ParamError
+from loglake.kafka.admin import dataset_bounds, group_offsets
+from loglake.ledger.leases import writer
+from loglake.ledger.ranges import batch_watermarks, ledger_path
+from loglake.ledger.tables import landed_positions
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,6 @@ class Loss:
 def find_losses(config: Config, ds: Dataset, partition: int | None = None) -> list[Loss]:
     """Per partition, the offsets below the earliest retained one that the batch layer (from
     its watermark) or the speed layer (from its position: ``speed_positions``) has yet to read."""
-    from loglake.kafka.admin import dataset_bounds, group_offsets
-    from loglake.ledger.ranges import batch_watermarks
 
     bounds = dataset_bounds(config, ds)
     if partition is not None and partition not in bounds:
@@ -78,7 +81,6 @@ def speed_positions(config: Config, ds: Dataset, committed: dict[int, int | None
     past the highest offset its tables landed (speed, speed quarantine) when that is further.
     The group's record follows each micro-batch asynchronously and may be missing (a run
     that ended before it was made) or a micro-batch behind; the tables are not."""
-    from loglake.ledger.tables import landed_positions
 
     landed = landed_positions(config, ds, ds.topic)
     out = dict(committed)
@@ -100,9 +102,7 @@ def accept_loss(config: Config, ds: Dataset, reason: str, *, partition: int | No
                 recorded_by: str | None = None, run_id: str | None = None) -> list[Loss]:
     """Record the dataset's current losses (of ``partition``, or every partition) as lost in
     the ledger, under the dataset's single writer; returns them (empty: nothing was lost)."""
-    from loglake.ledger.leases import writer
 
-    from loglake.kafka.admin import dataset_bounds
 
     if not reason or not reason.strip():
         raise ParamError("reason", "say why the loss is accepted (it is kept in the ledger with who and when)")
@@ -121,11 +121,9 @@ def accept_loss(config: Config, ds: Dataset, reason: str, *, partition: int | No
 
 def _append_lost(config: Config, ds: Dataset, losses: list[Loss], reason: str, recorded_by: str,
                  run_id: str) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import write_deltalake  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.core.contracts import LEDGER
-    from loglake.ledger.ranges import ledger_path
 
     now = datetime.now(timezone.utc)
     rows = [{"dataset": ds.name, "topic": loss.topic, "partition": loss.partition, "start": loss.start,

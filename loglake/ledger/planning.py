@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 from loglake.core.errors import DataLossError, OffsetError, ParamError
 from loglake.core.offsets import OffsetRange
+from loglake.kafka.admin import dataset_bounds, offsets_for_times
+from loglake.ledger.ranges import batch_watermarks
 
 _RANGE_SPEC = re.compile(r"^\s*(-?\d+)\s*:\s*(-?\d+)\s*-\s*(-?\d+)\s*$")
 
@@ -144,8 +146,6 @@ def parse_timestamp(value: str, field_name: str) -> int:
 
 def plan_batch(config, ds) -> Plan:
     """Recompute from each partition's watermark to the current end (the scheduled run)."""
-    from loglake.kafka.admin import dataset_bounds
-    from loglake.ledger.ranges import batch_watermarks
 
     log = dataset_bounds(config, ds)
     if ds.kind == "changelog":
@@ -160,7 +160,6 @@ def plan_batch(config, ds) -> Plan:
 def plan_backfill(config, ds, ranges: Sequence[str] | None = None, from_ts: str | None = None,
                   to_ts: str | None = None) -> Plan:
     """Validate a backfill request and turn it into a plan (nothing runs here)."""
-    from loglake.kafka.admin import dataset_bounds, offsets_for_times
 
     ranges = list(ranges or [])
     if ranges and (from_ts or to_ts):

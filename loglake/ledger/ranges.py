@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import LEDGER
+from loglake.kafka.admin import log_bounds
+from loglake.ledger.tables import open_table, query
 
 
 def ledger_path(config: Config) -> str:
@@ -24,7 +26,6 @@ def ledger_rows(config: Config, ds: Dataset, version: int | None = None) -> list
     """The ledger's rows of ``ds`` on its current topic (empty when nothing ran yet), at
     ``version`` of the ledger (its current one by default). Columns a ledger written by an
     older loglake lacks read as None."""
-    from loglake.ledger.tables import open_table, query
 
     table = open_table(ledger_path(config), version)
     if table is None:
@@ -73,7 +74,6 @@ def batch_watermarks(config: Config, ds: Dataset, earliest: dict[int, int] | Non
     if not rows:
         return {}
     if earliest is None:
-        from loglake.kafka.admin import log_bounds
 
         earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     return compute_watermarks(rows, earliest)

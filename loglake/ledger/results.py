@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from loglake.core.config import Config, Dataset, expectation_label
 from loglake.core.contracts import AUDIT_RESULTS, MAINTENANCE_LOG, QUALITY_RESULTS, SystemTable
+from loglake.ledger.tables import open_table, query
 
 
 def _rows(config: Config, table: SystemTable, ds: Dataset, order: str) -> list[dict]:
-    from loglake.ledger.tables import open_table, query
 
     t = open_table(config.system_table_path(table))
     if t is None:

@@ -27,12 +27,14 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import logging
 import socket
 from dataclasses import dataclass
 
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import FIELD_TYPES, SCHEMAS
 from loglake.core.errors import SchemaChangeError
+from loglake.ledger.tables import open_table, query
 
 # A dataset field's type → the Delta type its column has (as delta-rs names it).
 DELTA_TYPES = {"string": "string", "long": "long", "double": "double", "boolean": "boolean",
@@ -118,7 +120,6 @@ def describe_changes(changes: list[Change]) -> str:
 
 def recorded_versions(config: Config, ds: Dataset | str) -> list[dict]:
     """The dataset's recorded schema versions, oldest first (``fields`` parsed)."""
-    from loglake.ledger.tables import open_table, query
 
     name = ds if isinstance(ds, str) else ds.name
     table = open_table(config.system_table_path(SCHEMAS))
@@ -143,7 +144,6 @@ def current_version(config: Config, ds: Dataset) -> dict | None:
 
 def table_columns(config: Config, ds: Dataset) -> dict[str, dict[str, str]]:
     """``layer → {column: Delta type}`` of the dataset's typed tables that exist (speed, batch, latest)."""
-    from loglake.ledger.tables import open_table
 
     out = {}
     for layer in ("speed", "batch", "latest"):
@@ -185,7 +185,6 @@ def check_all(config: Config) -> None:
     """``check`` every dataset (at config load). A lake that cannot be read from here (an
     object store without credentials on this host) is not checked now: each writer checks
     again before it writes (``spark_jobs/evolution.py``), where a failed read is an error."""
-    import logging
 
     for ds in config.datasets.values():
         try:

@@ -37,10 +37,13 @@ filesystem is not read here: the speed-side tables are then pinned at their curr
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loglake.core.config import Config, Dataset
+from loglake.core.errors import KafkaUnavailableError
+from loglake.kafka.admin import list_topics, log_bounds
 from loglake.ledger.ranges import COVERING, compute_watermarks, ledger_path, ledger_rows, lost_ranges, serving_point
 from loglake.ledger.tables import open_table
 
@@ -266,10 +269,7 @@ def served_ranges(config: Config, ds: Dataset, snap: DatasetSnapshot) -> dict[in
     coverage = snap.coverage()
     if all(start == 0 for start, _w in coverage.values()):
         return {p: (0, w) for p, (_s, w) in coverage.items()}
-    import logging
 
-    from loglake.core.errors import KafkaUnavailableError
-    from loglake.kafka.admin import list_topics, log_bounds
 
     try:
         list_topics(config, timeout=2.0)  # a broker that is down answers nothing: do not wait long

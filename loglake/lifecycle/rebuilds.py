@@ -28,7 +28,12 @@ from typing import Callable
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError, JobError, ParamError
 from loglake.core.offsets import OffsetRange
+from loglake.jobs.launch import run_job
+from loglake.jobs.protocol import JobRequest
+from loglake.kafka.admin import dataset_bounds
 from loglake.ledger.planning import Plan
+from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
+from loglake.speed.streams import SpeedStream
 
 LAYERS = ("batch", "speed", "latest")
 
@@ -61,8 +66,6 @@ def _uncovered(start: int, end: int, lost: list[tuple[int, int]]) -> list[tuple[
 
 def batch_plan(config: Config, ds: Dataset) -> Plan:
     """The ranges a rebuilt batch table must hold, all still in the log (else ``DataLossError``)."""
-    from loglake.kafka.admin import dataset_bounds
-    from loglake.ledger.ranges import compute_watermarks, ledger_rows
 
     log = dataset_bounds(config, ds)
     rows = ledger_rows(config, ds)
@@ -90,8 +93,6 @@ def batch_plan(config: Config, ds: Dataset) -> Plan:
 
 def from_watermark(config: Config, ds: Dataset) -> list[OffsetRange]:
     """Per partition ``[W_p, log end)`` — what the speed side holds — checked to be in the log."""
-    from loglake.kafka.admin import dataset_bounds
-    from loglake.ledger.ranges import batch_watermarks
 
     log = dataset_bounds(config, ds)
     marks = batch_watermarks(config, ds, {p: lo for p, (lo, _hi) in log.items()})
@@ -114,9 +115,6 @@ def run_rebuild(config: Config, ds: Dataset, layers: list[str] | None, run_id: s
     A speed or latest rebuild stops the dataset's background stream first and starts it
     again after (also when the rebuild failed). ``say`` gets one line per step.
     """
-    from loglake.jobs.protocol import JobRequest
-    from loglake.jobs.launch import run_job
-    from loglake.speed.streams import SpeedStream
 
     layers = layers or ["batch", "speed"] + (["latest"] if ds.tables.latest else [])
     for layer in layers:

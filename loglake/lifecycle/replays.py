@@ -12,6 +12,8 @@ from typing import Callable
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import JobError, ParamError
+from loglake.jobs.launch import run_job
+from loglake.jobs.protocol import JobRequest
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -54,8 +56,6 @@ def replay_lines(summary: dict) -> list[str]:
 def run_replay(config: Config, ds: Dataset, run_id: str, reason_code: str | None = None, dry_run: bool = False,
                say: Callable[[str], None] = print) -> dict:
     """Run the replay job for ``ds``; say one line per layer; the job's summary."""
-    from loglake.jobs.protocol import JobRequest
-    from loglake.jobs.launch import run_job
 
     if reason_code is not None and not reason_code.strip():
         raise ParamError("reason_code", "a quarantine reason code such as out_of_domain (README: Quarantine "

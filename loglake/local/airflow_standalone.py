@@ -27,13 +27,17 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config
 from loglake.core.errors import ProcessError
-from loglake.core.processes import (Managed, alive, command_line, descendants, free_port, orphaned_sessions,
-                               port_open, terminate)
+from loglake.core.processes import (
+    Managed, alive, command_line, descendants, free_port, orphaned_sessions, port_open, terminate
+)
+from loglake.jobs.launch import job_env
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -78,7 +82,6 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
     scheduled batch runs); ``log_ports`` are where the scheduler and the triggerer
     serve task logs.
     """
-    from loglake.jobs.launch import job_env
 
     home = Path(home) if home else airflow_home(config)
     port = resolve_port(port)
@@ -188,7 +191,6 @@ class EmbeddedAirflow:
 
     def migrate(self) -> bool:
         """``airflow db migrate`` once per Airflow version; True if it ran."""
-        from importlib.metadata import version
 
         stamp = self.home / f".migrated-{version('apache-airflow-core')}"
         if stamp.exists():
@@ -408,7 +410,6 @@ HEARTBEATS = {"scheduler": ("scheduler", "latest_scheduler_heartbeat"),
 
 def _heartbeat(health: dict, component: str) -> float:
     """The latest heartbeat of ``component``'s newest job, in epoch seconds (0: none)."""
-    from datetime import datetime
 
     entry, field = HEARTBEATS[component]
     value = (health.get(entry) or {}).get(field)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -26,10 +25,13 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loglake.core.errors import PortInUseError, ProcessError, SetupError
-from loglake.core.paths import java_executable
-from loglake.core.paths import jars
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from loglake.core.errors import PortInUseError, ProcessError
+from loglake.core.paths import jars, java_executable
 from loglake.core.processes import command_line, free_port, port_open
+from loglake.kafka.security import write_private
 
 if TYPE_CHECKING:
     from loglake.kafka.security import BrokerSecurity
@@ -149,10 +151,6 @@ class EmbeddedKafka:
         in which it leads every partition."""
         if not port_open(self.port, timeout=min(timeout, 0.5)):
             return False
-        try:
-            from confluent_kafka.admin import AdminClient
-        except ImportError:
-            return True  # the TCP listener is the best we can check without a client
         # log_level 0: a broker still starting makes librdkafka print connection errors.
         admin = AdminClient(self.admin_conf(log_level=0))
         try:
@@ -166,8 +164,6 @@ class EmbeddedKafka:
             return False
         # Metadata can name the leader before its log is loaded (a ListOffsets then answers
         # NOT_LEADER_FOR_PARTITION): ready once every partition answers one.
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
 
         wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, m in md.topics.items() for p in m.partitions}
         if not wanted:
@@ -415,7 +411,6 @@ class EmbeddedKafka:
         text += "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
         if self.security is not None:
             # The inter-broker listener's JAAS holds the broker user's password: owner only.
-            from loglake.kafka.security import write_private
 
             write_private(self.props_path, text.encode())
         else:

@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from loglake.core.config import load_config
+from loglake.jobs.launch import CDS_QUIET, cds_archive, job_env, spark_conf, submit_command
+from loglake.testing import write_conf
 
 _JOB = """
 import sys
@@ -37,9 +40,6 @@ spark.stop()
 
 def make(force: bool = False) -> tuple[Path, float | None]:
     """Dump the archive unless it exists; (its path, seconds taken or None when it was there)."""
-    from loglake.core.config import load_config
-    from loglake.jobs.launch import CDS_QUIET, cds_archive, job_env, spark_conf, submit_command
-    from loglake.testing import write_conf
 
     target = cds_archive()
     if target.exists() and not force:

@@ -28,12 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from loglake.core.config import Config
+from loglake.core.errors import ConfigError, KafkaUnavailableError, PortInUseError
 from loglake.core.paths import java_executable
-from loglake.local.broker import EmbeddedKafka, _new_cluster_id
-from loglake.core.errors import ConfigError, PortInUseError
+from loglake.core.processes import (
+    Managed, descendants, free_port, free_ports, port_open, pss_bytes, state_label, wait_for
+)
 from loglake.jobs.launch import log4j_file, spark_home
-from loglake.core.processes import (Managed, descendants, free_port, free_ports, port_open, pss_bytes, state_label,
-                               wait_for)
+from loglake.kafka.admin import admin
+from loglake.kafka.security import BrokerSecurity
+from loglake.local.broker import EmbeddedKafka, _new_cluster_id
 
 _MASTER = re.compile(r"^spark://(localhost|127\.0\.0\.1):(\d+)$")
 
@@ -60,7 +63,6 @@ class LocalCluster:
         self._state = self._load_state()
         self.security = None
         if config.kafka.security is not None:
-            from loglake.kafka.security import BrokerSecurity
 
             # Shared by the nodes: one CA, one broker certificate, one broker password.
             self.security = BrokerSecurity(config.broker_home, config.kafka.security)
@@ -114,9 +116,7 @@ class LocalCluster:
 
     def leader(self, topic: str, partition: int) -> EmbeddedKafka:
         """The node that leads ``topic``'s ``partition`` now (as the cluster's metadata says)."""
-        from loglake.kafka.admin import admin
 
-        from loglake.core.errors import KafkaUnavailableError
 
         leader = admin(self.config).list_topics(topic, timeout=15).topics[topic].partitions[partition].leader
         if leader < 1:

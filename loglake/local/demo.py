@@ -16,15 +16,22 @@ import time
 
 from loglake.core import paths
 from loglake.core.config import Config, Dataset
+from loglake.core.processes import wait_for
+from loglake.kafka.admin import dataset_state, log_bounds
+from loglake.ledger.results import last_maintenance
+from loglake.ledger.tables import open_table, query, table_counts
+from loglake.local import stack
+from loglake.local.airflow_client import AirflowClient, run_seconds
+from loglake.local.airflow_standalone import EmbeddedAirflow
+from loglake.local.produce import produce
+from loglake.maintenance.runs import format_log_rows
+from loglake.speed.streams import streams
 
 DEMO_SQL = ("SELECT source, count(*) AS views, sum(duration_ms) AS total_ms, count(DISTINCT user_id) AS users "
             "FROM {view} GROUP BY source ORDER BY source")
 
 
 def wait_caught_up(config: Config, timeout: float = 300.0) -> None:
-    from loglake.kafka.admin import dataset_state
-    from loglake.core.processes import wait_for
-    from loglake.speed.streams import streams
 
     for stream in streams(config):
         wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, stream.ds)), timeout,
@@ -32,8 +39,6 @@ def wait_caught_up(config: Config, timeout: float = 300.0) -> None:
 
 
 def _client(config: Config):
-    from loglake.local.airflow_client import AirflowClient
-    from loglake.local.airflow_standalone import EmbeddedAirflow
 
     airflow = EmbeddedAirflow(config)
     return airflow, AirflowClient(airflow.url, airflow.token())
@@ -43,7 +48,6 @@ def dag_run(client, dag_id: str, scheduled: bool) -> dict:
     """Wait for a run of ``dag_id`` (the scheduled one if ``scheduled`` and it starts within
     a minute, else a triggered one); its state, wall time, and per task its duration and
     return value, keyed ``(task_id, dataset)``."""
-    from loglake.local.airflow_client import run_seconds
 
     client.wait_for_dag(dag_id)
     runs = []
@@ -112,8 +116,6 @@ def print_audit(a: dict) -> None:
 
 
 def report_maintenance(config: Config, run: dict) -> bool:
-    from loglake.maintenance.runs import format_log_rows
-    from loglake.ledger.results import last_maintenance
 
     spark, _overhead = _spark_overhead(run)
     print(f"loglake_maintenance run {run['run_id']}: {run['state']} in {run['wall']:.1f}s (Spark jobs {spark:.1f}s), "
@@ -131,17 +133,12 @@ def report_maintenance(config: Config, run: dict) -> bool:
 
 
 def batch_quarantined(config: Config, ds: Dataset) -> int:
-    from loglake.ledger.tables import open_table, query
 
     t = open_table(config.table_path(ds, "quarantine"))
     return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 
 def run_demo(config: Config, count: int, bad_fraction: float) -> int:
-    from loglake.local import stack
-    from loglake.kafka.admin import log_bounds
-    from loglake.local.produce import produce
-    from loglake.ledger.tables import table_counts
 
     t0 = time.monotonic()
     if config.kafka.embedded:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterator
 
 from confluent_kafka import KafkaException, Producer
+from tqdm import tqdm
 
 from loglake.core.config import Config, Dataset
 from loglake.kafka.admin import ensure_topic
@@ -236,7 +237,6 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
 
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=count, unit="rec", file=sys.stderr, desc=f"produce {ds.name}")
     start = time.monotonic()
     try:

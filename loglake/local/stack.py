@@ -12,21 +12,30 @@ from __future__ import annotations
 import sys
 import time
 
+from confluent_kafka import KafkaException
+
 from loglake.core.config import Config
 from loglake.core.errors import LoglakeError
 from loglake.core.processes import state_label
 from loglake.core.retrying import retry_transient
+from loglake.jobs import shared_app
+from loglake.jobs.launch import start_shared_application
+from loglake.kafka.admin import ensure_topic, list_topics
+from loglake.kafka.security import BrokerSecurity
+from loglake.ledger.schemas import SchemaChangeError, check
+from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, password_file
+from loglake.local.broker import EmbeddedKafka
+from loglake.local.cluster import LocalCluster
+from loglake.ops.status import dataset_status, format_status
 from loglake.speed.streams import orphans, streams
 
 
 def broker(config: Config):
     """The embedded Kafka broker of ``config`` (its state directory and port; SASL/SCRAM over
     TLS when the profile has ``kafka.security``)."""
-    from loglake.local.broker import EmbeddedKafka
 
     security = None
     if config.kafka.security is not None:
-        from loglake.kafka.security import BrokerSecurity
 
         security = BrokerSecurity(config.home, config.kafka.security)
     return EmbeddedKafka(config.home, port=config.kafka.port, security=security)
@@ -55,7 +64,6 @@ def stop_streams(config: Config, name: str | None = None) -> None:
 
 
 def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):
-    from loglake.local.airflow_standalone import EmbeddedAirflow
 
     return EmbeddedAirflow(config, port, dags_paused=dags_paused)
 
@@ -63,12 +71,9 @@ def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = Tru
 def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) -> int:
     """Start Kafka (if embedded), create missing topics, start the speed streams, the shared
     Spark application and Airflow."""
-    from loglake.local.airflow_standalone import ADMIN_USER, password_file
-    from loglake.kafka.admin import ensure_topic, list_topics
 
     t0 = time.monotonic()
     if config.profile.local_cluster is not None:
-        from loglake.local.cluster import LocalCluster
 
         LocalCluster(config).up(timeout=timeout)
         for ds in config.datasets.values():
@@ -92,8 +97,6 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         # healthy, and a task that comes while the application starts waits for it
         # (loglake.jobs.shared_app.submit), whereas one that comes before it was started at all runs
         # under spark-submit: a second JVM starting beside it on the same cores.
-        from loglake.jobs import shared_app
-        from loglake.jobs.launch import start_shared_application
 
         pid, new = start_shared_application(config)
         print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
@@ -112,14 +115,12 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
 
 def down(config: Config) -> int:
     """Stop Airflow (first, so no job starts), the speed streams, then the embedded broker."""
-    from loglake.jobs import shared_app
 
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
     print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
     stop_streams(config)
     if config.profile.local_cluster is not None:
-        from loglake.local.cluster import LocalCluster
 
         LocalCluster(config).down()
     elif config.kafka.embedded:
@@ -135,13 +136,11 @@ def status(config: Config) -> int:
 
     Returns 0 when every process is running (and Airflow is healthy), 1 otherwise.
     """
-    from confluent_kafka import KafkaException
 
     ok = True
     print("processes:")
     kafka_up = True
     if config.profile.local_cluster is not None:
-        from loglake.local.cluster import LocalCluster
 
         cluster = LocalCluster(config)
         cluster_ok, lines = cluster.status_lines()
@@ -164,7 +163,6 @@ def status(config: Config) -> int:
               + (f"  by a permanent error (not restarted): {failed['error_type']}: "
                  f"{failed['error'].splitlines()[0]}" if failed else ""))
     if config.profile.spark.shared_application:
-        from loglake.jobs import shared_app
 
         state = shared_app.state(config)
         ok &= state.startswith("running")
@@ -188,7 +186,6 @@ def status(config: Config) -> int:
         except (LoglakeError, KafkaException) as e:
             print(f"{ds.name} ({ds.topic}): {e}")
     # Loaded without the schema check (status must show everything): a refused change is said here.
-    from loglake.ledger.schemas import SchemaChangeError, check
 
     for ds in config.datasets.values():
         try:
@@ -205,7 +202,6 @@ def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
     Right after a broker starts, reading committed offsets answers NOT_COORDINATOR (or
     "loading") for a few seconds: transient, so retried with backoff, like commits are.
     """
-    from loglake.ops.status import dataset_status, format_status
 
     return retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
                            seconds=timeout)

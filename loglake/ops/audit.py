@@ -34,12 +34,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from loglake.core.config import Config, Dataset
+from loglake.core.contracts import AUDIT_RESULTS
+from loglake.core.errors import KafkaUnavailableError
+from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.ledger.history import unserved_foreign_commits
+from loglake.ledger.leases import holders
+from loglake.ledger.ranges import ledger_path, ledger_rows
+from loglake.ledger.snapshots import SPEED_SIDE, DatasetSnapshot, pin
+from loglake.ledger.tables import open_table
 from loglake.ops.coverage import Coverage, check_exactly_once, check_latest_state, describe_sample
 from loglake.ops.coverage import sample as first_offsets
-from loglake.core.errors import KafkaUnavailableError
-from loglake.ledger.snapshots import DatasetSnapshot
 
 STALL_SECONDS = 30.0  # no record and no end-of-partition for this long: the broker is gone
 
@@ -60,7 +67,6 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], key
     Offsets need not be contiguous (transaction markers, compaction), so they are read,
     never computed from end - start. ``keys``: also keep record keys and tombstone flags.
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(config.kafka_client_conf(**{
         "group.id": "loglake-audit",
@@ -127,10 +133,9 @@ def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra
                    version: int | None = None) -> dict[int, dict]:
     """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``,
     at the pinned ``version`` (None: no table at the pinned point)."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.ledger.tables import open_table
 
     table = None if version is None else open_table(path, version)
     if table is None:
@@ -174,9 +179,6 @@ def newest(config: Config, ds: Dataset) -> DatasetSnapshot:
     """``ds``'s tables and ledger at their newest versions, not the served ones: read in the
     order of ``loglake.ledger.snapshots.pin`` (the speed-side tables, then the ledger, then the batch
     table), the batch part's quarantine at the quarantine table's newest version too."""
-    from loglake.ledger.ranges import ledger_path, ledger_rows
-    from loglake.ledger.snapshots import SPEED_SIDE
-    from loglake.ledger.tables import open_table
 
     def current(path: str) -> int | None:
         table = open_table(path)
@@ -202,10 +204,6 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     newest versions (where those differ); store one row per partition, layer and point in
     ``_audit_results`` (unless ``record`` is false) and return the result. ``sample``: how
     many offending offsets to keep per kind. The caller decides whether to fail."""
-    from loglake.ledger.history import unserved_foreign_commits
-    from loglake.kafka.admin import group_offsets, log_bounds
-    from loglake.ledger.leases import holders
-    from loglake.ledger.snapshots import pin
 
     started = time.monotonic()
     audited_at = datetime.now(timezone.utc)
@@ -337,10 +335,9 @@ def _row(ds: Dataset, p: int, layer: str, start: int, end: int, cov: Coverage, n
 
 def write_results(config: Config, result: dict, audited_at: datetime) -> None:
     """Append the audit's rows to ``_audit_results`` (``loglake.core.contracts.AUDIT_RESULTS``)."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import write_deltalake  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.core.contracts import AUDIT_RESULTS
 
     rows = [{
         **{k: r[k] for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked", "missing",

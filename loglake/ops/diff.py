@@ -25,6 +25,9 @@ from __future__ import annotations
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import DELETED, PROVENANCE
 from loglake.core.errors import ParamError
+from loglake.kafka.admin import group_offsets, list_topics
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.tables import open_table
 
 JOIN_KEY = tuple(c for c in PROVENANCE.names if c != "_kafka_timestamp")  # a record's coordinates
 # Columns one layer keeps for itself: the speed layer's changelog rows carry ``_deleted``
@@ -56,7 +59,7 @@ def _columns(table) -> list[str]:
 
 
 def _rows(qb, sql: str) -> list[dict]:
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
     return pa.table(qb.execute(sql).read_all()).to_pylist()
 
@@ -69,11 +72,8 @@ def _shown(v):
 def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int, sample: int = 10,
                names: tuple[str, str, str] = ("partition", "start", "end")) -> dict:
     """Compare batch and speed rows of ``ds`` for offsets ``[start, end)`` of ``partition``."""
-    from deltalake import QueryBuilder
+    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.kafka.admin import group_offsets, list_topics
-    from loglake.ledger.ranges import batch_watermarks
-    from loglake.ledger.tables import open_table
 
     partitions = list_topics(config).get(ds.topic, 0)
     check_args(partition, start, end, partitions, names)

@@ -14,6 +14,14 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from loglake.core.config import Config, Dataset
+from loglake.core.errors import describe_holder
+from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
+from loglake.ledger.leases import holders
+from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
+from loglake.ledger.results import last_audit, last_quality
+from loglake.ledger.schemas import schema_status
+from loglake.ledger.schemas import schema_text as text
+from loglake.ledger.tables import dataset_tables, snapshot
 
 
 @dataclass(frozen=True)
@@ -82,9 +90,6 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
     call for the topic's retention; Delta (no JVM): the ledger, the record tables and
     each table's log.
     """
-    from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
-    from loglake.ledger.ranges import batch_watermarks
-    from loglake.ledger.results import last_audit, last_quality
 
     parts = dataset_state(config, ds)
     marks = batch_watermarks(config, ds, {s.partition: s.earliest for s in parts})
@@ -120,12 +125,9 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
         result.append(PartitionStatus(s.partition, s.earliest, s.end, s.speed_position, marks.get(s.partition),
                                       lag_seconds=age(s.partition, s.speed_position, s.end),
                                       oldest_unprocessed=old, retention_seconds=left))
-    from loglake.ledger.ranges import ledger_rows, lost_ranges
-    from loglake.ledger.leases import holders
 
     lost = [{k: r[k] for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")}
             for r in lost_ranges(ledger_rows(config, ds))]
-    from loglake.ledger.schemas import schema_status
 
     return DatasetStatus(ds.name, ds.topic, ds.kind, result, retention, policy,
                          last_quality(config, ds), last_audit(config, ds), table_status(config, ds), now,
@@ -134,7 +136,6 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
     """Delta version and file count of each of the dataset's tables (delta-rs, no JVM)."""
-    from loglake.ledger.tables import dataset_tables, snapshot
 
     out = []
     for t in dataset_tables(config, ds):
@@ -218,7 +219,6 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
 
 
 def schema_text(schema: dict) -> str:
-    from loglake.ledger.schemas import schema_text as text
 
     return text(schema)
 
@@ -229,7 +229,6 @@ def lost_text(r: dict) -> str:
 
 
 def writer_text(holder: dict | None) -> str:
-    from loglake.core.errors import describe_holder
 
     return "none (free)" if holder is None else f"{describe_holder(holder)}, lease until {holder.get('expires_at')}"
 

@@ -12,6 +12,11 @@ from __future__ import annotations
 import re
 
 from loglake.core.config import Config, Dataset
+from loglake.core.errors import ParamError
+from loglake.ledger.planning import parse_timestamp
+from loglake.ledger.snapshots import pin, served_ranges
+from loglake.ledger.tables import dataset_tables, open_table
+from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 # Delta type names (delta-rs) → SQL types, for a column one side of a view lacks.
 _SQL = {"string": "VARCHAR", "long": "BIGINT", "integer": "INT", "double": "DOUBLE", "boolean": "BOOLEAN",
@@ -22,15 +27,15 @@ _SESSION = {"datafusion.sql_parser.default_null_ordering": "nulls_min"}
 
 def _plain(table):
     """String views (DataFusion's) as plain strings: what pandas and most tools expect."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
     fields = [pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type) for f in table.schema]
     return table.cast(pa.schema(fields))
 
 
 def _run(tables: dict, sql: str):
-    import pyarrow as pa
-    from deltalake import QueryBuilder
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
     qb = QueryBuilder(_SESSION)
     for alias, t in tables.items():
@@ -40,7 +45,6 @@ def _run(tables: dict, sql: str):
 
 def _find(config: Config, name: str) -> tuple[Dataset, str | None]:
     """The dataset ``name`` belongs to and its layer (None: the dataset's serving view)."""
-    from loglake.ledger.tables import dataset_tables
 
     for ds in config.datasets.values():
         if name == ds.name:
@@ -53,8 +57,6 @@ def _find(config: Config, name: str) -> tuple[Dataset, str | None]:
 
 def read(config: Config, name: str):
     """A raw table (``batch.job_views``) or a serving view (``job_views``) as a pyarrow.Table."""
-    from loglake.ledger.snapshots import pin
-    from loglake.ledger.tables import open_table
 
     ds, layer = _find(config, name)
     snap = pin(config, ds)
@@ -67,7 +69,6 @@ def read(config: Config, name: str):
 
 
 def serving_view(config: Config, ds: Dataset, snap):
-    from loglake.ledger.tables import open_table
 
     tables = {}
     for side, layer in (("b", "batch"), ("s", "speed")):
@@ -82,8 +83,6 @@ def serving_view(config: Config, ds: Dataset, snap):
 def view_sql(config: Config, ds: Dataset, snap, tables: dict) -> str:
     """The serving view's SQL (``loglake.serving.sql``) over ``tables``: layer (batch,
     speed) → (the name it is registered under, the delta-rs table); a layer absent: none."""
-    from loglake.ledger.snapshots import served_ranges
-    from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
     def typed(table) -> dict[str, str]:
         return {f.name: _SQL.get(getattr(f.type, "type", str(f.type)), "VARCHAR") for f in table.schema().fields}
@@ -127,7 +126,6 @@ def check_read_only(sql: str) -> None:
     """Refuse a statement with a word that writes or sets something (INSERT, DELETE, UPDATE,
     MERGE, CREATE, DROP, ALTER, SET, ... outside strings and quoted names), as
     ``loglake.serving.spark.check_read_only`` refuses what Spark would run as a write."""
-    from loglake.core.errors import ParamError
 
     tokens = _tokens(sql)
     found = [w for w in _words(tokens) if w in WRITES]
@@ -168,7 +166,6 @@ def unlike_spark(sql: str, as_of: str | None = None) -> str | None:
 
 def _known(config: Config) -> dict[str, tuple[Dataset, str | None]]:
     """Every name a query may use → (dataset, layer; None: the serving view)."""
-    from loglake.ledger.tables import dataset_tables
 
     out: dict[str, tuple[Dataset, str | None]] = {}
     for ds in config.datasets.values():
@@ -209,12 +206,9 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
     statement that would write and ``Unsupported`` for one it does not run; ``strict``: also
     for what it might answer unlike Spark (``unlike_spark``, and computed columns without a
     name of their own, which the two engines name differently)."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
+    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    from loglake.ledger.planning import parse_timestamp
-    from loglake.ledger.snapshots import pin
-    from loglake.ledger.tables import open_table
 
     check_read_only(statement)
     why = unlike_spark(statement, as_of)

@@ -9,12 +9,15 @@ broker.
 from __future__ import annotations
 
 import re
+
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError, ParamError
 from loglake.ledger.planning import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
+from loglake.ledger.tables import open_table
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 _VERSION = re.compile(r"^\d+$")
@@ -73,7 +76,6 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
 def check_version(name: str, path: str, version: int) -> None:
     """A Delta version ``--as-of`` asks of a table that lacks it: a ParamError naming the
     table and the versions it has (not Spark's time-travel exception)."""
-    from loglake.ledger.tables import open_table
 
     try:
         open_table(path, version)
@@ -124,7 +126,6 @@ def check_read_only(spark: SparkSession, sql: str) -> None:
     DROP, ALTER, RESTORE, OPTIMIZE, VACUUM, SET, ...): loglake's tables change only through
     its jobs, which keep the offsets ledger and the audit true. Queries, SHOW, DESCRIBE
     and EXPLAIN pass. A statement that does not parse is left to Spark's own error."""
-    from py4j.protocol import Py4JJavaError
 
     try:
         plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(sql)

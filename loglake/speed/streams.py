@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest, read_summary_file
-from loglake.jobs.launch import JobOutcome, job_env, run_job, spark_submit
 from loglake.core.processes import Managed, wait_for
+from loglake.jobs.launch import JobOutcome, job_env, run_job, spark_submit
+from loglake.jobs.protocol import JobRequest, read_summary_file
 
 
 @dataclass(frozen=True)
