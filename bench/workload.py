@@ -37,7 +37,6 @@ def dataset_file(partitions: int = 6) -> dict:
             "duration_ms": {"type": "long", "min": 0, "max": 86400000},
             "note": {"type": "string", "required": False},
         },
-        "transform": "spark_jobs.transforms:identity",
     }
 
 

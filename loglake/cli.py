@@ -511,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--dry-run", action="store_true", help="count what would move and what stays; write nothing")
 
     hi = sub.add_parser("history", help="a table's Delta history, each version with what loglake did there")
-    hi.add_argument("table", help="as in queries: batch.job_views, speed.job_views, quarantine.job_views, ...")
+    hi.add_argument("table", help="as in queries: batch.<dataset>, speed.<dataset>, quarantine.<dataset>, speed.<dataset>_latest")
     hi.add_argument("--limit", type=int, default=20, help="the newest N versions (default 20)")
 
     df = sub.add_parser("diff", help="compare batch and speed rows of one partition's offsets [FROM, TO)")

@@ -58,6 +58,9 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
         data["topic"] = f"{src.stem}-{suffix}"
         data.update((datasets or {}).get(src.stem, {}))
         (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
+        code = src.with_suffix(".py")  # the dataset's transform beside it
+        if code.is_file():
+            (conf / "datasets" / code.name).write_text(code.read_text())
     for name, data in (extra_datasets or {}).items():
         data = {"topic": f"{name}-{suffix}", **data}
         (conf / "datasets" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.transforms import job_views
+from loglake.core import paths
+from loglake.core.config import load_dataset
+
+job_views = load_dataset(paths.REPO_ROOT / "conf" / "datasets" / "job_views.yaml").load_transform()
 
 
 def job_views_tenfold(df: DataFrame) -> DataFrame:

@@ -14,12 +14,14 @@ set to run locally.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -32,7 +34,8 @@ from loglake.core.regex import java_incompatibility
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 LAYERS = ("speed", "batch", "quarantine", "latest")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:function
+_TRANSFORM_FILE = re.compile(r"^(?P<file>.+\.py):(?P<func>[A-Za-z_]\w*)$")  # /path/to/file.py:function
 _TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENT_DOT = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -178,7 +181,10 @@ class Dataset(_Strict):
     partitions: int = Field(ge=1, le=10_000)
     key: str
     schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
-    transform: str
+    # The dataset's own Python code: a file whose ``transform`` (and ``sample``, the event
+    # generator of ``loglake produce``) loglake uses; default ``<name>.py`` beside the dataset's file.
+    code: str | None = None
+    transform: str | None = None  # package.module:function or file.py:function; default: code's transform
     tables: Tables
     description: str = ""
     quality: list[Expectation] = Field(default_factory=list)
@@ -189,9 +195,21 @@ class Dataset(_Strict):
 
     @field_validator("transform")
     @classmethod
-    def _transform_ref(cls, v: str) -> str:
-        if not _TRANSFORM_REF.match(v):
-            raise ValueError(f"{v!r} is not of the form package.module:function")
+    def _transform_ref(cls, v: str | None) -> str | None:
+        if v is None or _TRANSFORM_REF.match(v):
+            return v
+        found = _TRANSFORM_FILE.match(v)
+        if not found:
+            raise ValueError(f"{v!r} is not of the form package.module:function or file.py:function")
+        if not Path(found["file"]).is_file():
+            raise ValueError(f"{found['file']} does not exist")
+        return v
+
+    @field_validator("code")
+    @classmethod
+    def _code_file(cls, v: str | None) -> str | None:
+        if v is not None and not (v.endswith(".py") and Path(v).is_file()):
+            raise ValueError(f"{v} is not a Python file")
         return v
 
     @field_validator("schema_")
@@ -248,15 +266,46 @@ class Dataset(_Strict):
         """The Kafka consumer group the speed layer commits its position to."""
         return f"loglake-speed-{self.name}"
 
-    def load_transform(self):
-        """Import the transform function named by ``transform``."""
-
-        module, _, func = self.transform.partition(":")
+    def code_function(self, name: str) -> Callable | None:
+        """The function ``name`` of the dataset's code file, if it has one."""
+        if self.code is None:
+            return None
         try:
+            return getattr(_file_module(Path(self.code)), name, None)
+        except (ImportError, OSError, SyntaxError) as e:
+            raise ConfigError(f"cannot load {self.code}: {e}", key=f"datasets.{self.name}.code") from e
+
+    def load_transform(self) -> Callable:
+        """The transform function ``transform`` names (a module's or a file's), else the code
+        file's ``transform``; without either, the rows pass as validated."""
+        if self.transform is None:
+            return self.code_function("transform") or _unchanged
+        found = _TRANSFORM_FILE.match(self.transform)
+        try:
+            if found:
+                return getattr(_file_module(Path(found["file"])), found["func"])
+            module, _, func = self.transform.partition(":")
             return getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"cannot import transform {self.transform!r}: {e}",
+        except (ImportError, AttributeError, OSError, SyntaxError) as e:
+            raise ConfigError(f"cannot load transform {self.transform!r}: {e}",
                               key=f"datasets.{self.name}.transform") from e
+
+
+def _unchanged(df):
+    return df
+
+
+@functools.lru_cache(maxsize=None)
+def _file_module_at(path: Path, mtime_ns: int):
+    spec = importlib.util.spec_from_file_location(f"loglake_dataset_code.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _file_module(path: Path):
+    """A dataset's code file as a module, loaded again only when the file changed."""
+    return _file_module_at(path, path.stat().st_mtime_ns)
 
 
 # --- profiles -------------------------------------------------------------------------
@@ -669,6 +718,13 @@ def load_dataset(path: Path) -> Dataset:
                           file=str(path), key="name")
     data.setdefault("topic", data["name"])
     name = data["name"]
+    if isinstance(data.get("code"), str):
+        data["code"] = str((path.parent / data["code"]).resolve())
+    elif "code" not in data and path.with_suffix(".py").is_file():  # the dataset's code beside its file
+        data["code"] = str(path.with_suffix(".py").resolve())
+    if isinstance(data.get("transform"), str) and _TRANSFORM_FILE.match(data["transform"]):
+        file, _, func = data["transform"].rpartition(":")  # a file named relative to the dataset's
+        data["transform"] = f"{(path.parent / file).resolve()}:{func}"
     tables = data.setdefault("tables", {})
     if isinstance(tables, dict):
         for layer in ("speed", "batch", "quarantine"):

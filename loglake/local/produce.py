@@ -8,7 +8,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Callable, Iterator
 
 from confluent_kafka import KafkaException, Producer
@@ -19,40 +19,8 @@ from loglake.kafka.admin import ensure_topic
 
 Record = tuple[bytes | None, bytes | None]  # (key, value)
 
-_SOURCES_WEIGHTED = (["search"] * 50 + ["recommendation"] * 25 + ["email"] * 10
-                     + ["company_page"] * 10 + ["direct"] * 5)
-_FIRST = ["Ada", "Grace", "Satya", "Lisa", "Jensen", "Mary", "Tim", "Sundar", "Andy", "Safra", "Reed", "Arvind"]
-_LAST = ["Lovelace", "Hopper", "Nadella", "Su", "Huang", "Barra", "Cook", "Pichai", "Jassy", "Catz", "Hastings"]
-
-
 def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _job_view(rng: random.Random, now: datetime) -> tuple[str, dict]:
-    user = int(rng.paretovariate(1.2) * 10) % 50_000 + 1  # a few heavy users, a long tail
-    value = {
-        "view_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-        "user_id": user,
-        "job_id": rng.randint(1, 200_000),
-        "viewed_at": _iso(now - timedelta(milliseconds=rng.randint(0, 5_000))),
-        "source": rng.choice(_SOURCES_WEIGHTED),
-        "duration_ms": min(int(rng.lognormvariate(9.5, 1.0)), 86_400_000),
-    }
-    return str(user), value
-
-
-def _company_ceo(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
-    n = rng.randint(1, 200)
-    cid = f"c{n}"
-    if rng.random() < 0.05:
-        return cid, None  # tombstone: the company is gone
-    return cid, {
-        "company_id": cid,
-        "company": f"Company {n}",
-        "ceo": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
-        "since": _iso(now - timedelta(days=rng.randint(0, 3650))),
-    }
 
 
 def _field_value(spec, rng: random.Random, now: datetime):
@@ -80,7 +48,7 @@ def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict
 
 
 def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
-    """A hand-written generator, plus a value for each field the dataset's schema gained since
+    """A dataset's own generator (``sample(rng, now) -> (key, value)`` in its code file), plus a value for each field the dataset's schema gained since
     it was written (a schema change: ``loglake.ledger.schemas``)."""
     def more(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
         key, value = gen(rng, now)
@@ -90,9 +58,6 @@ def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
                     value[name] = _field_value(spec, rng, now)
         return key, value
     return more
-
-
-GENERATORS: dict[str, Callable] = {"job_views": _job_view, "company_ceos": _company_ceo}
 
 
 def malformed(ds: Dataset, rng: random.Random, key: str, value: dict) -> Record:
@@ -153,7 +118,8 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
     if not 0.0 <= bad_fraction <= 1.0:
         raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
     rng = random.Random(seed)
-    gen = _with_added_fields(ds, GENERATORS[ds.name]) if ds.name in GENERATORS else _generic(ds)
+    sample = ds.code_function("sample")  # the dataset's own generator, beside its conf
+    gen = _with_added_fields(ds, sample) if sample is not None else _generic(ds)
     n_bad = round(count * bad_fraction)
     bad_at = set(rng.sample(range(count), n_bad)) if n_bad else set()
     now = datetime.now(timezone.utc)

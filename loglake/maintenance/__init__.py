@@ -1,1 +1,1 @@
-"""loglake.maintenance.runs."""
+"""Which datasets maintenance covers, and how a run is shown."""

@@ -1,1 +1,1 @@
-"""loglake.ops."""
+"""What an operator asks: the offset-coverage audit, the explained diff, status."""

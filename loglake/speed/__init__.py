@@ -1,1 +1,1 @@
-"""loglake.speed."""
+"""The speed layer from the outside: its streams as supervised background processes."""

@@ -24,7 +24,7 @@ def dataset_names() -> list[str]:
 # The Spark tasks' outlet: which tables a run wrote is known only when it runs (the
 # planned datasets, the chosen dataset), so each task emits events for exactly those
 # tables through this alias instead of declaring every table of every dataset.
-TABLES = AssetAlias("loglake.ledger.tables")
+TABLES = AssetAlias("loglake.tables")
 
 
 def table_asset(table: str) -> Asset:

@@ -256,3 +256,46 @@ def test_a_profiles_jvm_options_come_after_loglakes_own(tmp_path):
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         assert conf[key].startswith(f"-Dlog4j2.configurationFile={log4j_file()}"), conf[key]
         assert conf[key].endswith(" -XX:TieredStopAtLevel=1"), conf[key]
+
+
+def test_a_datasets_transform_is_the_file_beside_it_or_none(conf):
+    """User code lives beside its dataset's file: no module of loglake names a dataset."""
+    config = load_config(conf, home="/tmp/x")
+    views = config.dataset("job_views")
+    assert views.code == str((conf / "datasets" / "job_views.py").resolve()) and views.transform is None
+    assert views.load_transform().__module__ == "loglake_dataset_code.job_views"
+    assert views.code_function("sample") is not None  # loglake produce's generator
+
+    (conf / "datasets" / "job_views.py").unlink()
+    assert load_config(conf, home="/tmp/x").dataset("job_views").load_transform()("rows") == "rows"
+
+    (conf / "datasets" / "own.py").write_text("def double(df):\n    return df * 2\n")
+    edit(conf / "datasets" / "job_views.yaml", lambda d: d.update(transform="own.py:double"))
+    assert load_config(conf, home="/tmp/x").dataset("job_views").load_transform()(21) == 42
+
+    edit(conf / "datasets" / "job_views.yaml", lambda d: d.update(transform="own.py:triple"))
+    with pytest.raises(ConfigError, match="cannot load transform") as e:
+        load_config(conf, home="/tmp/x").dataset("job_views").load_transform()
+    assert e.value.key == "datasets.job_views.transform"
+
+    edit(conf / "datasets" / "job_views.yaml", lambda d: d.update(transform="missing.py:transform"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(conf, home="/tmp/x")
+
+
+def test_no_module_of_the_framework_names_a_dataset():
+    """In code, that is: docstrings may use the shipped datasets as examples."""
+    import ast
+
+    names = {p.stem for p in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml")}
+    found = []
+    for top in ("loglake", "spark_jobs", "plugins", "dags"):
+        for f in (paths.REPO_ROOT / top).rglob("*.py"):
+            tree = ast.parse(f.read_text())
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                          and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            found += [(str(f.relative_to(paths.REPO_ROOT)), c.lineno, c.value) for c in ast.walk(tree)
+                      if isinstance(c, ast.Constant) and isinstance(c.value, str) and id(c) not in docstrings
+                      and any(n in c.value for n in names)]
+    assert found == []

@@ -149,7 +149,7 @@ def test_the_dags_know_every_dataset_in_conf_from_the_environment(tmp_path, monk
     conf = tmp_path / "conf"
     shutil.copytree(paths.REPO_ROOT / "conf", conf)
     (conf / "datasets" / "page_clicks.yaml").write_text(
-        "partitions: 2\nkey: click_id\ntransform: spark_jobs.transforms:identity\n"
+        "partitions: 2\nkey: click_id\n"
         "schema:\n  click_id: {type: string}\n  page: {type: string}\n")
     config = load_config(conf, profile="local")
     names = dataset_names(config)
