@@ -173,7 +173,8 @@ _PROJECTIONS: dict = {}
 
 def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
     """The three projections of ``validate``, built once per dataset definition and Spark
-    context: building the Column trees costs hundreds of Py4J calls (~0.4 s a micro-batch)."""
+    context: building the Column trees costs hundreds of Py4J calls, too many to repeat every
+    micro-batch."""
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context

@@ -257,7 +257,8 @@ class Dataset(_Strict):
         those of them it has, set when a job creates it: ``spark_jobs.delta_io.to_delta``): the
         provenance columns every range predicate, the serving view and maintenance filter on,
         the quarantine's layer, the key, and the Z-order columns (OPTIMIZE needs their
-        statistics). Statistics of every column cost ~30 % of a write (README, Benchmarks)."""
+        statistics). Statistics of every column would make every write slower for columns no
+        reader filters on."""
         cols = ["_topic", "_partition", "_offset", "_layer", self.key, *self.maintenance.zorder_by]
         return list(dict.fromkeys(cols))
 
@@ -698,7 +699,7 @@ def _raise_validation(e: ValidationError, file: str, prefix: str = "") -> None:
     key = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling against the README's configuration reference)"
+        msg = "unknown key (check the spelling against docs/configuration.md)"
     elif err["type"] == "missing":
         msg = "required key is missing"
     elif err["type"] == "literal_error":

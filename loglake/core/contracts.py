@@ -83,7 +83,7 @@ QUARANTINE = PROVENANCE + contract(
     ("_layer", "string", "speed | batch: the layer that quarantined the record"),
     ("key", "binary", "the record's key bytes"),
     ("value", "binary", "the record's value bytes"),
-    ("reason_code", "string", "bad_json, missing_field, wrong_type, ... (README: Quarantine reasons)"),
+    ("reason_code", "string", "bad_json, missing_field, wrong_type, ... (docs/configuration.md: Quarantine reasons)"),
     ("reason", "string", "what was wrong, in words"),
 )
 LAYERS = ("speed", "batch")  # values of QUARANTINE's _layer

@@ -42,7 +42,7 @@ DELTA_TYPES = {"string": "string", "long": "long", "double": "double", "boolean"
 _RULES = ("enum", "min", "max", "pattern")
 WAYS_FORWARD = ("safe ways forward: add a new field with required: false (old rows read it as null), or "
                 "create a new dataset (a new file under conf/datasets/, its own topic or the same data "
-                "re-produced) and backfill it from the log; see README, Changing a schema")
+                "re-produced) and backfill it from the log; see docs/configuration.md, Changing a schema")
 
 
 def spec_of(ds: Dataset) -> dict:

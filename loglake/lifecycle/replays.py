@@ -58,8 +58,8 @@ def run_replay(config: Config, ds: Dataset, run_id: str, reason_code: str | None
     """Run the replay job for ``ds``; say one line per layer; the job's summary."""
 
     if reason_code is not None and not reason_code.strip():
-        raise ParamError("reason_code", "a quarantine reason code such as out_of_domain (README: Quarantine "
-                                        "reasons), or leave it out for every reason")
+        raise ParamError("reason_code", "a quarantine reason code such as out_of_domain (docs/configuration.md: "
+                                        "Quarantine reasons), or leave it out for every reason")
     outcome = run_job(config, JobRequest("replay", ds.name, run_id=run_id, reason_code=reason_code or None,
                                          dry_run=dry_run))
     if not outcome.ok:
