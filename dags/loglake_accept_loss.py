@@ -26,18 +26,14 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param, task
 
 from loglake_airflow import DAG_DEFAULTS
-from loglake_airflow.datasets import dataset_names
+from loglake_airflow.params import dataset_param
 from loglake_airflow.plans import accept_loss_task
-
-_names = dataset_names()
 
 with DAG(
     dag_id="loglake_accept_loss",
     schedule=None,
     params={
-        "dataset": Param(_names[0] if _names else None, type="string", title="Dataset",
-                         **({"enum": _names} if _names else {"minLength": 1}),
-                         description="The dataset whose lost offsets are accepted."),
+        "dataset": dataset_param("The dataset whose lost offsets are accepted."),
         "partition": Param(None, type=["null", "integer"], minimum=0, title="Partition",
                            description="Only this partition; empty for every partition with a loss."),
         "reason": Param("", type="string", minLength=3, title="Reason",

@@ -26,18 +26,14 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param, task
 
 from loglake_airflow import DAG_DEFAULTS
-from loglake_airflow.datasets import dataset_names
+from loglake_airflow.params import dataset_param
 from loglake_airflow.plans import rebuild_task
-
-_names = dataset_names()
 
 with DAG(
     dag_id="loglake_rebuild",
     schedule=None,
     params={
-        "dataset": Param(_names[0] if _names else None, type="string", title="Dataset",
-                         **({"enum": _names} if _names else {"minLength": 1}),
-                         description="The dataset whose table is rebuilt from the log."),
+        "dataset": dataset_param("The dataset whose table is rebuilt from the log."),
         "layer": Param("batch", type="string", enum=["batch", "speed", "latest", "all"], title="Layer",
                        description="The table to rebuild: batch, speed, latest (changelogs) or all of them."),
     },

@@ -28,18 +28,14 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param, task
 
 from loglake_airflow import DAG_DEFAULTS
-from loglake_airflow.datasets import dataset_names
+from loglake_airflow.params import dataset_param
 from loglake_airflow.plans import replay_task
-
-_names = dataset_names()
 
 with DAG(
     dag_id="loglake_replay",
     schedule=None,
     params={
-        "dataset": Param(_names[0] if _names else None, type="string", title="Dataset",
-                         **({"enum": _names} if _names else {"minLength": 1}),
-                         description="The dataset whose quarantined records are re-validated."),
+        "dataset": dataset_param("The dataset whose quarantined records are re-validated."),
         "reason_code": Param("", type=["null", "string"], title="Reason code", pattern="^[a-z_]*$",
                              description="Only records quarantined for this reason (e.g. out_of_domain); "
                                          "empty: every reason."),

@@ -1,9 +1,14 @@
-"""The Airflow side of loglake: what the thin DAG files in ``dags/`` import.
+"""The Airflow side of loglake, laid out as a provider's: what the thin DAG files in ``dags/`` import.
 
-``datasets`` (the dataset names and the table Assets), ``hooks`` and ``operators`` (Spark
-jobs submitted like the CLI submits them), ``plans`` (the planning tasks' bodies) and
-``params`` (the backfill form). Nothing here reads files, connections or the network
-at import time: configuration is loaded when a task runs.
+``hooks`` (``LoglakeHook``: the configuration and loglake's readers, once per task),
+``operators`` (Spark jobs submitted like the CLI submits them), ``sensors`` (the batch
+watermark advanced, the speed layer caught up), ``errors`` (permanent or transient: the
+one mapping onto Airflow's exceptions), ``plans`` and ``checks`` (the tasks' bodies),
+``groups`` (the mapped task groups), ``params`` (the forms' typed ``Param``s) and
+``datasets`` (the dataset names and the table Assets). Nothing here reads files,
+connections or the network at import time, and loglake itself is imported inside the
+functions that use it: a DAG file is parsed without loading it, and configuration is
+loaded when a task runs.
 """
 
 from __future__ import annotations

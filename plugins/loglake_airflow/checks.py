@@ -11,44 +11,43 @@ import logging
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from loglake_airflow.failing import or_fail
+from loglake_airflow.errors import loglake_errors
+from loglake_airflow.hooks import LoglakeHook
 
 log = logging.getLogger(__name__)
 
 
+@loglake_errors
 def diff_after_batch(args: list[str]) -> list[dict]:
     """Compare batch with speed rows for every range the batch job just wrote and published.
 
     A difference is explained (missing in either layer, changed columns with samples),
     not judged: the task succeeds whatever it finds.
     """
-    from loglake.core.config import load_config
-    from loglake.ops.diff import diff_plan, format_diff
     from loglake.jobs.protocol import JobRequest
+    from loglake.ops.diff import diff_plan, format_diff
 
-    request = or_fail(JobRequest.parse, "batch", args)
-    config = or_fail(load_config)
-    ds = or_fail(config.dataset, request.dataset)
-    diffs = or_fail(diff_plan, config, ds, request.plan)
+    request = JobRequest.parse("batch", args)
+    hook = LoglakeHook()
+    diffs = diff_plan(hook.config, hook.dataset(request.dataset), request.plan)
     for d in diffs:
         log.info("%s", "\n".join(format_diff(d)))
     return diffs
 
 
+@loglake_errors
 def audit(args: list[str]) -> dict:
     """Audit the dataset named in ``args``: every retained offset exactly once in its layer.
 
     Anything missing, duplicated or unexpected fails the task at once (a retry reads the
     same tables) with the offending offsets; the result is stored in ``_audit_results``.
     """
-    from loglake.ops.audit import audit_dataset, format_audit
-    from loglake.core.config import load_config
     from loglake.jobs.protocol import JobRequest
+    from loglake.ops.audit import audit_dataset, format_audit
 
-    request = or_fail(JobRequest.parse, "maintenance", args)
-    config = or_fail(load_config)
-    ds = or_fail(config.dataset, request.dataset)
-    result = or_fail(audit_dataset, config, ds, request.run_id)
+    request = JobRequest.parse("maintenance", args)
+    hook = LoglakeHook()
+    result = audit_dataset(hook.config, hook.dataset(request.dataset), request.run_id)
     lines = format_audit(result)
     log.info("%s", "\n".join(lines))
     if not result["ok"]:

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 
-from loglake_airflow.failing import or_fail
+from loglake_airflow.errors import loglake_errors
+from loglake_airflow.hooks import LoglakeHook
 
 log = logging.getLogger(__name__)
 
 
+@loglake_errors
 def maintenance_args(run_id: str) -> list[list[str]]:
     """``spark_jobs/maintenance.py`` arguments for every dataset that has a table."""
-    from loglake.core.config import load_config
-    from loglake.maintenance.runs import datasets_with_tables
     from loglake.ledger.tables import existing_tables
+    from loglake.maintenance.runs import datasets_with_tables
 
-    config = or_fail(load_config)
+    config = LoglakeHook().config
     chosen = datasets_with_tables(config)
     for ds in config.datasets.values():
         if ds in chosen:

@@ -12,7 +12,8 @@ from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from loglake_airflow.datasets import table_asset
-from loglake_airflow.failing import or_fail
+from loglake_airflow.errors import loglake_errors, summary_error
+from loglake_airflow.hooks import LoglakeHook
 
 
 class LoglakeSparkSubmitOperator(SparkSubmitOperator):
@@ -44,12 +45,12 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
 
+    @loglake_errors
     def execute(self, context) -> dict:
-        from loglake.core.config import load_config
         from loglake.jobs.protocol import JobRequest
 
-        config = or_fail(load_config)
-        request = or_fail(JobRequest.parse, self.job, self.application_args or [])
+        config = LoglakeHook().config
+        request = JobRequest.parse(self.job, self.application_args or [])
         started = time.monotonic()
         shared = self._in_shared_application(config, request)
         if shared is not None:
@@ -74,16 +75,13 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
 
         if self.job not in shared_app.SERVED:
             return None
-        answer = or_fail(shared_app.submit, config, request, output=self._job_output)
+        answer = shared_app.submit(config, request, output=self._job_output)
         if answer is None:
             return None
         code, summary = answer
         summary = summary or {}
         if code != 0 or "error" in summary:
-            said = f"{summary.get('error_type')}: {summary.get('error')}"
-            if summary.get("transient") is False:
-                raise AirflowFailException(said)
-            raise AirflowException(said)
+            raise summary_error(summary)
         return summary
 
     def _job_output(self, text: str) -> None:
@@ -95,7 +93,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         from loglake.jobs.protocol import read_summary_file
         from loglake.jobs.launch import submit_spec
 
-        spec = or_fail(submit_spec, config, self.job)
+        spec = submit_spec(config, self.job)
         self.application = self.application or spec["application"]
         self.jars = self.jars or spec["jars"]
         self.py_files = self.py_files or spec["py_files"]
@@ -108,9 +106,11 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException as e:
+                # spark-submit's own exception says only its exit code: the job's summary says
+                # whether a retry can help.
                 failure = read_summary_file(summary_file) or {}
-                if failure.get("error") and failure.get("transient") is False:
-                    raise AirflowFailException(f"{failure.get('error_type')}: {failure['error']}") from e
+                if failure.get("error") and isinstance(error := summary_error(failure), AirflowFailException):
+                    raise error from e
                 raise
             return read_summary_file(summary_file) or {}
 

@@ -1,8 +1,9 @@
-"""The backfill DAG's run parameters: typed ``Param``s that render as the trigger form.
+"""The manual DAGs' run parameters: typed ``Param``s that render as the trigger form.
 
 JSON-schema constraints reject malformed input when the run is triggered (form, REST
-API: 400); what needs the log (partition exists, end within the log end, start <= end)
-is checked by the plan task, before any Spark job, with the same field names.
+API: 400); what needs the configuration or the log (the dataset exists, a partition
+exists, end within the log end, start <= end) is checked by the task, before any Spark
+job, with the same field names.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from loglake_airflow.datasets import dataset_names
 RANGE_PATTERN = r"^\s*\d+\s*:\s*\d+\s*-\s*\d+\s*$"
 
 
-def backfill_params() -> dict[str, Param]:
+def dataset_param(description: str) -> Param:
+    """The form's dataset: a list to choose from when the configured datasets are known
+    (``LOGLAKE_DATASETS``; the first is the default), else a name the task checks against
+    the configuration. ``description`` says what the DAG does with it."""
     names = dataset_names()
-    # A list to choose from when the configured datasets are known (LOGLAKE_DATASETS), else
-    # a name that the plan task checks against the configuration.
     choice = {"enum": names} if names else {"minLength": 1}
+    return Param(names[0] if names else None, type="string", title="Dataset", description=description, **choice)
+
+
+def backfill_params() -> dict[str, Param]:
     return {
-        "dataset": Param(
-            names[0] if names else None, type="string", title="Dataset", **choice,
-            description="The dataset whose batch table is recomputed (conf/datasets/<name>.yaml).",
-        ),
+        "dataset": dataset_param("The dataset whose batch table is recomputed (conf/datasets/<name>.yaml)."),
         "ranges": Param(
             None, type=["null", "array"], items={"type": "string", "pattern": RANGE_PATTERN}, title="Offset ranges",
             description="One per line: PARTITION:START-END, the offsets [START, END) of one partition, "
