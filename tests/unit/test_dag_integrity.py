@@ -250,6 +250,43 @@ def test_ranges_are_written_then_validated_and_published_per_dataset(dags):
     assert (asset.name, asset.uri) == ("loglake.batch.job_views", "loglake://batch/job_views")
 
 
+def test_the_forms_share_one_dataset_param(dags):
+    """One declaration of the form's dataset (loglake_airflow.params.dataset_param): the
+    forms differ only in what they say they do with it."""
+    params = {d: dags[d].params.get_param("dataset")
+              for d in ("loglake_backfill", "loglake_rebuild", "loglake_replay", "loglake_accept_loss")}
+    shapes = {d: (p.schema, p.value) for d, p in params.items()}
+    assert len({repr(s) for s in shapes.values()}) == 1, shapes
+    assert len({p.description for p in params.values()}) == len(params)
+
+
+@pytest.mark.parametrize("module", ["sensors.py", "hooks.py"])
+def test_sensors_and_the_hook_import_fast_without_files_or_network(module):
+    """A user's DAG file imports the sensors (and through them the hook) when it is parsed."""
+    _module, seconds, calls = import_dag_file(PLUGINS_DIR / "loglake_airflow" / module)
+    assert calls == [], f"{module} touched files or the network at import: {calls}"
+    assert seconds < IMPORT_BUDGET_SECONDS, f"{module} took {seconds:.2f}s to import"
+
+
+def test_parsing_the_dags_loads_no_loglake_module(tmp_path):
+    """loglake (and confluent-kafka, delta-rs, pyspark under it) is imported when a task runs,
+    never by the dag-processor, which parses each file in a fresh process."""
+    import subprocess
+
+    script = (
+        "import runpy, sys\n"
+        f"sys.path.insert(0, {str(PLUGINS_DIR)!r})\n"
+        "import loglake_airflow.sensors\n"
+        f"for f in {[str(p) for p in DAG_FILES]!r}:\n"
+        "    runpy.run_path(f)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('loglake', 'confluent_kafka', 'deltalake', 'pyspark', 'pyarrow')))\n")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow-home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_ui_plugin_imports_fast_without_files_or_network():
     """Every Airflow process loads plugins: the loglake view's file must stay cheap and
     safe to import; its app (and FastAPI) is built on the first request."""
