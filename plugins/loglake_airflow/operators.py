@@ -109,7 +109,8 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
                 # spark-submit's own exception says only its exit code: the job's summary says
                 # whether a retry can help.
                 failure = read_summary_file(summary_file) or {}
-                if failure.get("error") and isinstance(error := summary_error(failure), AirflowFailException):
+                error = summary_error(failure) if failure.get("error") else None
+                if isinstance(error, AirflowFailException):
                     raise error from e
                 raise
             return read_summary_file(summary_file) or {}
