@@ -18,19 +18,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from loglake.testing import write_conf
+from loglake.testing import Lab
 
 
-def build_tables(config, ds) -> dict:
+def build_tables(lab: Lab, config, ds) -> dict:
     """Speed over the whole log, batch over the first half of each partition; timings."""
     from loglake.kafka.admin import log_bounds
     from loglake.core.offsets import OffsetRange
     from loglake.ledger.planning import Plan
     from spark_jobs.pipeline import recompute_and_publish
-    from loglake.jobs.session import get_spark
     from spark_jobs.streaming import run_speed
 
-    spark = get_spark(config, "loglake-bench-audit", {"spark.ui.showConsoleProgress": "false"})
+    spark = lab.spark(config)
     try:
         t0 = time.monotonic()
         run_speed(spark, config, ds, available_now=True)
@@ -40,7 +39,7 @@ def build_tables(config, ds) -> dict:
         recompute_and_publish(spark, config, ds, half, "bench-half")
         t2 = time.monotonic()
     finally:
-        spark.stop()
+        lab.stop_spark()  # the audit reads with delta-rs, no JVM
     return {"speed_seconds": round(t1 - t0, 1), "batch_seconds": round(t2 - t1, 1)}
 
 
@@ -53,23 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from loglake.ops.audit import audit_dataset, format_audit
-    from loglake.core.config import load_config
-    from loglake.local.broker import EmbeddedKafka
     from loglake.local.produce import produce
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))
-    kafka = None
+    lab = Lab(root, args.bootstrap, app_name="loglake-bench-audit")  # its own broker without --bootstrap
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            kafka = EmbeddedKafka.on_free_ports(root / "kafka-home")
-            bootstrap = kafka.bootstrap
-        config = load_config(write_conf(root, bootstrap, spark={"driver_memory": "2g"}), home=root / "state")
+        config = lab.config("audit", spark={"driver_memory": "2g"})
         ds = config.dataset("job_views")
         produced = produce(config, ds, args.count, bad_fraction=0.01, seed=1)
         print(f"produced {produced.records:,} records in {produced.seconds:.1f}s")
-        built = build_tables(config, ds)
+        built = build_tables(lab, config, ds)
         print(f"tables built: speed {built['speed_seconds']}s, batch (half) {built['batch_seconds']}s")
         runs = []
         for i in range(2):  # the second run shows the steady state (page cache warm)
@@ -88,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"results: {out}")
         return 0 if all(r["ok"] for r in runs) else 1
     finally:
-        if kafka is not None:
-            kafka.stop()
+        lab.close()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 

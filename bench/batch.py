@@ -4,7 +4,7 @@ bare read-and-count of the same range.
 Issue 6: "P4 batch recompute: records/s for recomputing a 5,000,000-record offset range ÷
 Spark's bare read-and-count of the same range. Goal >= 0.5."
 
-1. ``RECORDS`` ``bench_events`` records (``bench.workload``, about 1 in 1000 malformed) go to
+1. ``RECORDS`` ``bench_events`` records (``loglake.testing.workload``, about 1 in 1000 malformed) go to
    a 6-partition topic of the module's own, ``WARMUP_RECORDS`` first (step 4), then the rest. Record size: the workload's smallest record
    (``RECORD_BYTES`` = 100 B asked; the typed fields alone make a ~170 B JSON value, no
    padding): 5M × 1 KB would be 5 GB of log and far more minutes than the bench has.
@@ -57,9 +57,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench import workload
 from bench.harness import Harness, jvm_pid, median, result
 from loglake.core.processes import cpu_seconds
+from loglake.testing import workload
 
 RECORDS = 5_000_000
 QUICK_RECORDS = 300_000

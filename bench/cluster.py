@@ -19,8 +19,8 @@ import threading
 import time
 from contextlib import nullcontext
 
-from bench import workload
 from bench.harness import Harness, median, result
+from loglake.testing import workload
 
 RECORDS = 600_000
 RECORD_BYTES = 1024
@@ -98,7 +98,7 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
     from loglake.kafka.admin import end_offsets, ensure_topic
     from loglake.core.processes import wait_for
     from loglake.speed.streams import SpeedStream
-    from soak.scenarios import caught_up
+    from loglake.testing import caught_up
 
     ds = config.dataset(workload.DATASET)
     topic = ensure_topic(config, ds)

@@ -1,9 +1,11 @@
-"""Before → after: the same harness (this tree's ``bench/``) on an older commit, then on this one.
+"""Before → after: the same harness (this tree's ``bench/`` and ``loglake/testing/``) on an older
+commit, then on this one.
 
     .venv/bin/python -m bench.compare BEFORE [--only P1,P9] [--repeats 3] [--quick] [--side before|after|table]
 
 Clones the repository at ``BEFORE`` into a temporary directory, puts this tree's ``bench/``
-there (so both runs measure with one harness), and runs ``python -m bench.run`` in it with
+and ``loglake/testing/`` there (so both runs measure with one harness; ``BEFORE`` must have
+``loglake/`` in packages, issue 23), and runs ``python -m bench.run`` in it with
 that directory first on ``PYTHONPATH`` (the old ``loglake``/``spark_jobs`` are what its
 CLI, jobs and streams import: ``loglake.core.paths.REPO_ROOT`` is the clone); then runs the
 same command here. The venv, the jar cache and the machine are the same. Each run writes
@@ -12,7 +14,8 @@ JSON, charts and table as ``make bench`` writes them) and ``before-after.md``: o
 metric, the value before, after, and the ratio. The two runs go one after the other: start
 it on a quiet machine. ``--side before`` (or ``after``) makes only that run, ``--side table``
 only the table from the two runs already there (the runs may then be hours apart in one
-session; the harness is whatever ``bench/`` holds at each run, so keep it unchanged between).
+session; the harness is whatever ``bench/`` and ``loglake/testing/`` hold at each run, so keep
+them unchanged between).
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import REPO, fmt
+from bench.report import fmt
+from loglake.core.paths import REPO_ROOT
+
+# The harness both runs measure with: the benchmarks and the test environment they stand on.
+HARNESS = ("bench", "loglake/testing")
 
 
 def _run(tree: Path, out: Path, args: argparse.Namespace) -> int:
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--side", choices=["both", "before", "after", "table"], default="both",
                     help="run only the 'before' or the 'after' run, or only write the table of both")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / f"compare-{dt.date.today().isoformat()}"))
+    ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / f"compare-{dt.date.today().isoformat()}"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     codes = [0]
@@ -82,15 +89,17 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="loglake-before-"))
         try:
             old = tmp / "loglake"
-            subprocess.run(["git", "clone", "-q", str(REPO), str(old)], check=True)
+            subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(old)], check=True)
             subprocess.run(["git", "checkout", "-q", args.before], cwd=old, check=True)
-            shutil.rmtree(old / "bench")
-            shutil.copytree(REPO / "bench", old / "bench", ignore=shutil.ignore_patterns("results", "__pycache__"))
+            for part in HARNESS:
+                shutil.rmtree(old / part, ignore_errors=True)
+                (old / f"{part}.py").unlink(missing_ok=True)  # a module there before it was a package
+                shutil.copytree(REPO_ROOT / part, old / part, ignore=shutil.ignore_patterns("results", "__pycache__"))
             codes.append(_run(old, out / "before", args))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.side in ("both", "after"):
-        codes.append(_run(REPO, out / "after", args))
+        codes.append(_run(REPO_ROOT, out / "after", args))
     md = table(out / "before", out / "after")
     (out / "before-after.md").write_text(md)
     print("\n" + md)

@@ -37,16 +37,14 @@ VARIANTS = {
 def main(argv: list[str]) -> int:
     from pyspark.sql import functions as F
 
-    from loglake.core.config import load_config
-    from loglake.testing import write_conf
-    from loglake.jobs.session import get_spark
+    from loglake.testing import NO_BROKER, Lab
 
     rows = int(argv[0]) if argv else 2_000_000
     repeats = int(argv[1]) if len(argv) > 1 else 3
     root = Path(tempfile.mkdtemp(prefix="loglake-writes-"))
+    lab = Lab(root, NO_BROKER, app_name="loglake-bench-writes")
     try:
-        config = load_config(write_conf(root, "localhost:9"), home=root / "state")
-        spark = get_spark(config, "loglake-bench-writes")
+        spark = lab.spark()
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()
         df = (spark.range(rows).select(
             F.expr("uuid()").alias("view_id"), (F.col("id") % 100000).alias("user_id"),
@@ -73,8 +71,8 @@ def main(argv: list[str]) -> int:
                 sizes[name] = round(sum(f.stat().st_size for f in path.rglob("*.parquet")) / 2**20, 1)
                 shutil.rmtree(path)
         print(json.dumps({"rows": rows, "seconds": seconds, "mib": sizes}, indent=1))
-        spark.stop()
     finally:
+        lab.close()
         shutil.rmtree(root, ignore_errors=True)
     return 0
 

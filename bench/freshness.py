@@ -12,7 +12,7 @@ a bare Kafka produce→consume p99 beside it as the floor."
 2. Freshness: the real speed stream (``spark_jobs.streaming.start_stream``, in-process in the
    harness's shared Spark session: the same code ``loglake speed start`` runs under
    spark-submit, without a second JVM on 2 cores) with ``TRIGGER`` / ``MAX_OFFSETS``, fed by
-   ``bench.workload.produce`` in a *separate process* (as a user's producer is; it does not
+   ``loglake.testing.workload.produce`` in a *separate process* (as a user's producer is; it does not
    contend for the driver's GIL) at half capacity for ``WARMUP_S`` + repeats x ``WINDOW_S``,
    after the stream has run ``WARM_BATCHES`` micro-batches on an unpaced warm-up set.
    A record's send time is its Kafka CreateTime, which the speed table keeps as
@@ -56,8 +56,9 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote
 
-from bench import workload
-from bench.harness import REPO, Harness, percentile, result
+from bench.harness import Harness, percentile, result
+from loglake.core.paths import REPO_ROOT
+from loglake.testing import workload
 
 RECORD_BYTES = 1024             # 1 KB records, as P1 measures capacity on
 PARTITIONS = 6
@@ -80,13 +81,13 @@ DURATION_KEYS = ["latestOffset", "walCommit", "queryPlanning", "getBatch", "addB
 
 # -- helpers ------------------------------------------------------------------------------
 def _producer(bootstrap: str, topic: str, count: int, rate: float) -> subprocess.Popen:
-    """``bench.workload.produce`` in a process of its own (a user's producer is not the driver)."""
-    code = ("import sys; from bench.workload import produce; "
+    """``loglake.testing.workload.produce`` in a process of its own (a user's producer is not the driver)."""
+    code = ("import sys; from loglake.testing.workload import produce; "
             "print(round(produce(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), "
             "rate=float(sys.argv[5])), 3))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.Popen([sys.executable, "-c", code, bootstrap, topic, str(count), str(RECORD_BYTES), str(rate)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
 
 
 def _wait_producer(proc: subprocess.Popen, what: str, timeout: float) -> float:
@@ -441,7 +442,7 @@ def measure_floor(h: Harness, rate: float, seconds: float) -> dict:
     values = [r - s for s, r in lat if s >= first + FLOOR_WARMUP_S]
     return {"rate": round(rate), "produced": count, "received": len(lat), **_stats(values),
             "consumer": "confluent-kafka, assigned, librdkafka defaults (fetch.wait.max.ms 500, fetch.min.bytes 1)",
-            "producer": "bench.workload.produce (linger.ms 5, lz4, acks=all, idempotent) in its own process"}
+            "producer": "loglake.testing.workload.produce (linger.ms 5, lz4, acks=all, idempotent) in its own process"}
 
 
 # -- the module ---------------------------------------------------------------------------
@@ -496,7 +497,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                        "rate_records_per_second": round(rate), "capacity_records_per_second": round(capacity),
                        "capacity_source": source, "capacity_run": cap_detail, "record_bytes": RECORD_BYTES,
                        "partitions": PARTITIONS, "mode": "in-process: spark_jobs.streaming.start_stream in the harness's "
-                       "Spark session; producer (bench.workload.produce) in a process of its own",
+                       "Spark session; producer (loglake.testing.workload.produce) in a process of its own",
                        "visibility": "a row is visible when the Delta commit that added it exists in the speed "
                        "table's _delta_log (polled every poll_interval_s; the error bound). No batch run: every "
                        "batch watermark is 0, so the serving view is exactly the speed table.",

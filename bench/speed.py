@@ -1,6 +1,6 @@
 """P1, P2 and the scaling curve: the speed layer's sustained records/s beside its references.
 
-All on the benchmark dataset (``bench/workload.py``: job_views' typed fields padded to a
+All on the benchmark dataset (``loglake.testing.workload``: job_views' typed fields padded to a
 record size, 1 in 1,000 records malformed), all on the same topic per configuration:
 
 - the speed layer: ``spark_jobs.streaming.run_speed`` (available-now, the run's shared
@@ -22,9 +22,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from bench import pyloop, workload
+from bench import pyloop
 from bench.harness import Harness, jvm_pid, median, result
 from loglake.core.processes import cpu_seconds
+from loglake.testing import workload
 
 KB = 1024
 P1_RECORDS = 600_000            # 1 KB records: 3 micro-batches of 200,000

@@ -1,20 +1,19 @@
 """Fault scenarios against Airflow itself (R7): the scheduler SIGKILLed during a backfill.
 
-Same contract as ``soak.scenarios``: a scenario takes a ``Lab`` and its scale and returns an
-``Outcome``; ``tests/reliability`` runs it small, ``soak/run.py`` at full size.
+Same contract as ``soak.scenarios``: a scenario takes a ``loglake.testing.Lab`` and its scale
+and returns an ``Outcome``; ``tests/reliability`` runs it small, ``soak/run.py`` at full size.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import time
 from datetime import datetime
 
 import numpy as np
 
-from soak.scenarios import Lab, Outcome
+from loglake.testing import Lab, landed, sigkill
+from soak.scenarios import Outcome
 
 DAG = "loglake_backfill"
 FINAL = ("success", "failed")
@@ -130,7 +129,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
                 continue
             remember()
             tree = descendants(scheduler)
-            os.kill(scheduler, signal.SIGKILL)
+            sigkill([scheduler])
             killed, killed_wall = time.monotonic(), time.time()
             out.faults += 1
             wait_for(lambda: af.processes["scheduler"].pid() is None, 30, "the killed scheduler to be gone")
@@ -175,11 +174,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
         left = alive(seen)
         if left:
             out.notes.append(f"left running after Airflow was stopped: {_roles(left)}")
-            for pid in left:  # the scenario leaves nothing behind either way
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            sigkill(left)  # the scenario leaves nothing behind either way
     if run_id is not None:
         check_backfill(config, ds, requested, ends, f"{DAG}/{run_id}", out)
     out.seconds = time.monotonic() - started
@@ -204,7 +199,6 @@ def check_backfill(config, ds, requested, ends: dict[int, int], run_id: str, out
     offset exactly once and no other: misses and strays count as lost, repeats as duplicated."""
     from loglake.ops.coverage import check_exactly_once
     from loglake.ledger.ranges import ledger_rows
-    from loglake.ledger.tables import open_table, query
 
     rows = ledger_rows(config, ds)
     for state in ("written", "published"):
@@ -219,13 +213,7 @@ def check_backfill(config, ds, requested, ends: dict[int, int], run_id: str, out
                 out.notes.append(f"ledger: range {p}:{a}-{b} {state} {n} times by {run_id}")
         if counts:
             out.notes.append(f"ledger: {state} rows nobody requested: {sorted(counts)[:5]}")
-    landed = []
-    for layer, where in (("batch", ""), ("quarantine", " WHERE \"_layer\" = 'batch'")):
-        table = open_table(config.table_path(ds, layer))
-        if table is not None:
-            landed += [(r["_partition"], r["_offset"])
-                       for r in query(table, f"SELECT \"_partition\", \"_offset\" FROM t{where}")]
-    held = np.array(landed, dtype=np.int64).reshape(-1, 2)
+    held = landed(config, ds, "batch")
     for p, end in ends.items():
         log = [np.arange(a, b) for q, a, b in requested if q == p]
         cov = check_exactly_once(np.concatenate(log) if log else np.zeros(0, np.int64), held[held[:, 0] == p][:, 1],

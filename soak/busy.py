@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loglake.kafka.admin import end_offsets
-from soak.scenarios import Lab, Outcome, caught_up
+from loglake.testing import Lab, caught_up
+from soak.scenarios import Outcome
+
 
 def writer_wait_seconds() -> float:
     """How long a run may wait for the dataset's writer lease (``loglake.ledger.leases``)."""
@@ -222,7 +224,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
     from loglake.serving.spark import query
 
     started = time.monotonic()
-    spark = lab.spark
+    spark = lab.spark()
     config = lab.config(speed={"trigger_interval": "1 second"})
     ds = config.dataset("job_views")
     window = minutes * 60.0

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import REPO, machine
+from loglake.core.paths import REPO_ROOT
+from loglake.testing import Lab, machine
 
 # id → (module:function, full-scale arguments, CI-scale arguments); tests/reliability runs the CI scale.
 SCENARIOS = {
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help=f"comma-separated scenario ids ({', '.join(SCENARIOS)})")
     ap.add_argument("--small", action="store_true", help="CI scale (to try the program out)")
-    ap.add_argument("--out", default=str(REPO / "soak" / "results"))
+    ap.add_argument("--out", default=str(REPO_ROOT / "soak" / "results"))
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     # The scenarios import Airflow's modules (plans, DAG params), whose logging set-up lets every
@@ -62,21 +63,21 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in ("py4j", "great_expectations"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    sys.path.insert(0, str(REPO / "plugins"))
+    sys.path.insert(0, str(REPO_ROOT / "plugins"))
     wanted = args.only.upper().split(",") if args.only else list(SCENARIOS)
     unknown = set(wanted) - set(SCENARIOS)
     if unknown:
         ap.error(f"--only: unknown scenario(s) {sorted(unknown)}; expected some of {', '.join(SCENARIOS)}")
-    from loglake.local.broker import EmbeddedKafka
     from soak import scenarios
 
     path = Path(args.out) / f"{dt.date.today().isoformat()}{'-small' if args.small else ''}.json"
     root = Path(tempfile.mkdtemp(prefix="loglake-soak-"))
     os.environ.setdefault("AIRFLOW_HOME", str(root / "airflow"))
-    kafka = EmbeddedKafka.on_free_ports(root / "kafka-home", heap="1g")
+    # One broker for every scenario (one that kills a broker starts its own), before the first.
+    lab = Lab(root, heap="1g", app_name="loglake-soak", spark_log=root / "spark-session.log")
     results = []
     try:
-        lab = scenarios.Lab(root, kafka.bootstrap)
+        print(f"soak: broker at {lab.bootstrap}, state in {root}", flush=True)
         for sid in wanted:
             ref, full, small = SCENARIOS[sid]
             kwargs = small if args.small else full
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {sid} info: {line}", flush=True)
             _write(results, args, path)  # after each scenario: a soak cut short keeps what it measured
     finally:
-        kafka.stop()
+        lab.close()
         shutil.rmtree(root, ignore_errors=True)
     _chart(results, path.with_suffix(".png"))
     print(f"soak: results in {path}")

@@ -1,9 +1,9 @@
 """Fault scenarios: loglake's exactness under crashes, run at any scale.
 
-Each scenario takes a ``Lab`` (a broker and per-scenario configs) and a ``scale`` and
-returns a ``Outcome``: records, faults injected, offsets lost and duplicated, recovery
-seconds per fault. ``tests/reliability`` runs them small inside ``make test``;
-``soak/run.py`` (``make soak``) runs them at full size and writes the figures.
+Each scenario takes a ``loglake.testing.Lab`` (a broker, a Spark session and per-scenario
+configs) and a ``scale`` and returns an ``Outcome``: records, faults injected, offsets lost
+and duplicated, recovery seconds per fault. ``tests/reliability`` runs them small inside
+``make test``; ``soak/run.py`` (``make soak``) runs them at full size and writes the figures.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from loglake.kafka.admin import end_offsets
+from loglake.testing import Lab, caught_up, count_exactly_once, sigkill
 
 
 @dataclass
@@ -55,70 +55,6 @@ class Outcome:
                 "info": self.info}
 
 
-class Lab:
-    """A broker, a Spark session and fresh configs (own conf dir, topics, state) under ``root``.
-
-    ``spark`` is the caller's session (the test suite's), or one started on first use.
-    ``own_broker()`` gives a scenario a broker of its own to kill and restart.
-    """
-
-    def __init__(self, root: Path, bootstrap: str, spark=None):
-        self.root, self.bootstrap = root, bootstrap
-        self._spark = spark
-        self._n = 0
-
-    def config(self, bootstrap: str | None = None, **conf_kwargs):
-        from loglake.core.config import load_config
-        from loglake.testing import write_conf
-
-        self._n += 1
-        base = self.root / f"lab-{self._n}"
-        conf_kwargs.setdefault("spark", {"conf": {"spark.ui.showConsoleProgress": "false"}})
-        return load_config(write_conf(base, bootstrap or self.bootstrap, **conf_kwargs), home=base / "state")
-
-    @property
-    def spark(self):
-        if self._spark is None:
-            from loglake.jobs.session import get_spark
-
-            config = self.config()
-            self._spark = get_spark(config, "loglake-soak", log_file=self.root / "spark-session.log")
-        return self._spark
-
-    def own_broker(self, heap: str = "512m"):
-        """A new embedded broker on free ports (not started); the caller stops it."""
-        from loglake.local.broker import EmbeddedKafka
-        from loglake.core.processes import free_port
-
-        self._n += 1
-        return EmbeddedKafka(self.root / f"kafka-{self._n}", port=free_port(), heap=heap)
-
-
-def _landed(config, ds) -> np.ndarray:
-    """(partition, offset) of every row the speed layer landed (speed ∪ its quarantine), with repeats."""
-    from loglake.ledger.tables import open_table, query
-
-    out = []
-    for layer, where in (("speed", ""), ("quarantine", " WHERE \"_layer\" = 'speed'")):
-        table = open_table(config.table_path(ds, layer))
-        if table is not None:
-            out += [(r["_partition"], r["_offset"]) for r in query(table, f"SELECT \"_partition\", \"_offset\" FROM t{where}")]
-    return np.array(out, dtype=np.int64).reshape(-1, 2)
-
-
-def count_exactly_once(config, ds, ends: dict[int, int]) -> tuple[int, int]:
-    """(lost, duplicated) offsets of the speed layer against the log ``[0, end)`` per partition."""
-    from loglake.ops.coverage import check_exactly_once
-
-    rows = _landed(config, ds)
-    lost = dup = 0
-    for p, end in ends.items():
-        cov = check_exactly_once(np.arange(end), rows[rows[:, 0] == p][:, 1], 0, end)
-        lost += len(cov.missing) + len(cov.unexpected)
-        dup += len(cov.duplicated)
-    return lost, dup
-
-
 def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fraction: float = 0.01,
                 rate: float | None = None) -> Outcome:
     """R1: SIGKILL the speed job ``kills`` times at random moments while ``records`` arrive
@@ -148,11 +84,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
             job = [p for p in descendants(supervisor) if p != supervisor] if supervisor else []
             if not job:
                 continue
-            for pid in job:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            sigkill(job)
             killed_at, killed_wall = time.monotonic(), time.time()
             ends_then = end_offsets(config, ds.topic)
             out.faults += 1
@@ -160,10 +92,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
             marker = stream.progress_file.with_suffix(".started")
 
             def recovered() -> bool:
-                if not (marker.exists() and marker.stat().st_mtime > killed_wall):
-                    return False
-                now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
-                return all((now.get(p) or 0) >= e for p, e in ends_then.items())
+                return marker.exists() and marker.stat().st_mtime > killed_wall and caught_up(config, ds, ends_then)
 
             wait_for(recovered, 300, "the speed job to run again and commit past the kill", log=stream.process)
             out.recovery_seconds.append(round(time.monotonic() - killed_at, 1))
@@ -177,14 +106,6 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
     out.records = sum(ends.values())
     out.seconds = time.monotonic() - started
     return out
-
-
-def caught_up(config, ds, ends: dict[int, int]) -> bool:
-    """The stream's committed position has reached ``ends`` in every partition."""
-    from loglake.kafka.admin import group_offsets
-
-    now = group_offsets(config, ds.consumer_group, ds.topic, ds.partitions)
-    return all((now.get(p) or 0) >= e for p, e in ends.items())
 
 
 def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int = 2,
@@ -201,7 +122,6 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
 
     started = time.monotonic()
     kafka = lab.own_broker()
-    kafka.start()
     config = lab.config(bootstrap=kafka.bootstrap, speed={"trigger_interval": "1 second"})
     ds = config.dataset("job_views")
     rng = random.Random(seed)
@@ -294,7 +214,7 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     from spark_jobs.pipeline import recompute_and_publish
 
     started = time.monotonic()
-    spark = lab.spark
+    spark = lab.spark()
     config = lab.config()
     ds = config.dataset("job_views")
     produce(config, ds, records, bad_fraction=0.02, seed=seed)
@@ -314,11 +234,7 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
             time.sleep(0.02)
         committed = (table / "_delta_log" / f"{0:020d}.json").exists()
         if proc.poll() is None:
-            for pid in alive(descendants(proc.pid)):  # the CLI and its spark-submit JVM: a crash
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            sigkill(alive(descendants(proc.pid)))  # the CLI and its spark-submit JVM: a crash
             out.faults += 1
             out.info.append("killed after its data files were written, "
                             + ("after the table's first commit" if committed else "before its commit"))
@@ -402,7 +318,7 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     from spark_jobs.streaming import run_speed
 
     started = time.monotonic()
-    spark = lab.spark
+    spark = lab.spark()
     config = lab.config(speed={"trigger_interval": "1 second"})
     ds, ceos = config.dataset("job_views"), config.dataset("company_ceos")
     out = Outcome("R3", f"retention deletes 90 % of {records:,} records before either layer read them",
@@ -566,7 +482,7 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
     from spark_jobs.streaming import run_speed
 
     started = time.monotonic()
-    spark = lab.spark
+    spark = lab.spark()
     config = lab.config(datasets={"job_views": {"max_value_bytes": R5_LIMIT}})
     ds = config.dataset("job_views")
     odd = [k for k in R5_KINDS for _ in range(per_kind)]

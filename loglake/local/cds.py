@@ -8,8 +8,7 @@ starts a session and writes and reads a Delta table, under the cache
 (``<cache>/cds/spark-<key>.jsa``, the key from the Java version, the pyspark install and
 its jars); ``loglake.jobs.launch.spark_conf`` adds ``-XX:SharedArchiveFile`` when the archive for
 the running Java and pyspark exists (``loglake.jobs.launch.cds_archive``). A JVM that cannot use it (another class path) starts as
-without it, silently. Measured here: a spark-submit that starts a session and writes and
-reads a small Delta table, 10.7–12.1 s without, 8.1–8.9 s with (five runs each; README, Benchmarks).
+without it, silently; one that can starts faster (CHANGELOG.md has the figures).
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from loglake.core.config import load_config
+from loglake.core.config import Config, Profile
 from loglake.jobs.launch import CDS_QUIET, cds_archive, job_env, spark_conf, submit_command
-from loglake.testing import write_conf
 
 _JOB = """
 import sys
@@ -52,9 +50,11 @@ def make(force: bool = False) -> tuple[Path, float | None]:
         job = Path(tmp) / "job.py"
         job.write_text(_JOB)
         dump = target.with_suffix(f".{os.getpid()}.tmp")
-        # A driver as loglake submits one (same jars, class path and settings; a local
-        # profile of a throwaway conf dir), that writes the archive when it exits.
-        config = load_config(write_conf(Path(tmp), "localhost:9"), home=Path(tmp) / "state")
+        # A driver as loglake submits one (same jars, class path and settings) that writes the
+        # archive when it exits: a local-mode profile of loglake's defaults; no conf dir or dataset
+        # is read, and nothing is written outside ``tmp``.
+        config = Config("cds", Profile.model_validate({"spark": {"conf": {"spark.ui.enabled": "false"}}}), {},
+                        home=Path(tmp) / "state", conf_dir=Path(tmp))
         jvm = f"{spark_conf(config)['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={dump} {CDS_QUIET}"
         cmd = submit_command(config, str(job), [str(Path(tmp) / "table")], "loglake-cds",
                              {"spark.driver.extraJavaOptions": jvm})

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loglake.core import paths
-from soak.scenarios import Lab, bad_input
+from loglake.testing import Lab
+from soak.scenarios import bad_input
 
 pytestmark = pytest.mark.reliability
 

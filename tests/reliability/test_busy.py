@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from loglake.testing import Lab
 from soak.busy import busy_platform, check_snapshot
 from soak.run import SCENARIOS
-from soak.scenarios import Lab
 
 pytestmark = pytest.mark.reliability
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from soak.scenarios import Lab, broker_faults, malformed_kinds, recompute_killed, retention_loss, speed_kills
+from loglake.testing import Lab
+from soak.scenarios import broker_faults, malformed_kinds, recompute_killed, retention_loss, speed_kills
 
 pytestmark = pytest.mark.reliability
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from loglake.testing import Lab
 from soak.airflow_faults import scheduler_kills
-from soak.scenarios import Lab
 
 pytestmark = [pytest.mark.reliability, pytest.mark.long]
 

@@ -18,7 +18,7 @@ import pytest
 
 from loglake.kafka.admin import ensure_topic, group_offsets
 from loglake.core.processes import wait_for
-from soak.scenarios import Lab
+from loglake.testing import Lab
 
 pytestmark = pytest.mark.reliability
 

@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from loglake.local.airflow_standalone import airflow_bin, airflow_env
-from loglake.core.config import load_config
-
-from loglake.testing import write_conf
+from loglake.testing import NO_BROKER, make_config
 
 # DAGs that only tests run (tests/system/dags/), with loglake's plugins like the real ones.
 REPO_DAGS_TESTS = Path(__file__).resolve().parent / "dags"
@@ -98,5 +96,5 @@ def airflow_db(tmp_path_factory) -> AirflowDB:
     root = tmp_path_factory.mktemp("airflow-migrate")
     db = AirflowDB(home)
     # Migrating needs no broker: any config gives the environment.
-    db.migrate(load_config(write_conf(root, "localhost:9"), home=root / "state"))
+    db.migrate(make_config(root, NO_BROKER))
     return db

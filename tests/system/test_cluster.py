@@ -33,9 +33,8 @@ from loglake.jobs.launch import code_archive, job_env, spark_conf, spark_submit_
 from loglake.ledger.ranges import batch_watermarks
 from loglake.core.processes import alive, descendants, free_ports, wait_for
 from loglake.local.produce import produce
-from loglake.testing import write_conf
+from loglake.testing import caught_up, count_exactly_once, write_conf
 from loglake.speed.streams import SpeedStream
-from soak.scenarios import caught_up, count_exactly_once
 
 pytestmark = pytest.mark.system
 

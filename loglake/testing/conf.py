@@ -1,8 +1,9 @@
-"""Throwaway configuration directories for tests and benchmarks.
+"""Throwaway configurations for tests, benchmarks and soak scenarios.
 
 ``write_conf`` writes a conf/ directory holding the repo's datasets on topics of their
 own and a profile pointed at a given broker, so a test or a benchmark never touches the
-user's topics, tables or a running ``make up``.
+user's topics, tables or a running ``make up``; ``make_config`` loads one with a state
+directory beside it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ from pathlib import Path
 import yaml
 
 from loglake.core import paths
+from loglake.core.config import Config, load_config
 
 # JVM options for the Spark drivers and executors of every conf written here (``java_options``
-# overrides it). The test suite sets ``-XX:TieredStopAtLevel=1``: its JVMs are short-lived and
-# its data small, so the optimising compiler's work would never pay back on 2 cores; benchmarks
-# keep the default, the JVM as users run it.
+# overrides it). The test suite sets ``-XX:TieredStopAtLevel=1`` here (tests/conftest.py): its
+# JVMs are short-lived and its data small, so the optimising compiler's work would never pay
+# back on 2 cores; benchmarks and soak keep the default, the JVM as users run it.
 JAVA_OPTIONS = ""
+
+# What a config names as its broker when it needs none (a Spark session's settings, Airflow's
+# environment): port 9 is "discard", where no broker ever answers.
+NO_BROKER = "localhost:9"
 
 
 def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_suffix: str | None = None,
@@ -65,3 +71,9 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
         data = {"topic": f"{name}-{suffix}", **data}
         (conf / "datasets" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return conf
+
+
+def make_config(root: Path, bootstrap: str, **conf_kwargs) -> Config:
+    """A loaded config of its own: ``root/conf`` (``write_conf``'s keyword arguments) and the
+    state directory ``root/state``."""
+    return load_config(write_conf(root, bootstrap, **conf_kwargs), home=root / "state")

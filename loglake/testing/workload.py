@@ -1,10 +1,11 @@
-"""The benchmark workload: a job-view-like event stream of a chosen record size, fast to produce.
+"""Sample data: a job-view-like event stream of a chosen record size, fast to produce.
 
 ``bench_events`` has job_views' typed fields (a pattern, an enum, ranges, a timestamp) plus
 an optional ``note`` string that pads each record to the requested size, so 100 B, 1 KB
 and 10 KB records exercise the same validation. Records come from a pool of pre-encoded
 values (producing must not be the bottleneck of a consumer benchmark); a small share is
-malformed so the quarantine path is part of every measurement.
+malformed so the quarantine path is part of every measurement. A config holds the dataset
+with ``write_conf(..., extra_datasets={DATASET: dataset_file()})``; the benchmarks measure on it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ BAD_EVERY = 1000  # one malformed record (wrong type) per this many
 def dataset_file(partitions: int = 6) -> dict:
     """The dataset definition (a conf/datasets file's content)."""
     return {
-        "description": "Benchmark events: job_views' fields, padded to a record size.",
+        "description": "Benchmark events: a job view's fields, padded to a record size.",
         "kind": "events",
         "partitions": partitions,
         "key": "user_id",

@@ -1,0 +1,20 @@
+"""loglake's test environment, as ``pyspark.testing`` is Spark's: what the test suite (tests/),
+the benchmarks (bench/) and the soak scenarios (soak/) share.
+
+- ``conf``: throwaway conf/ directories (``write_conf``) and configs (``make_config``); the JVM
+  options of their Spark (``conf.JAVA_OPTIONS``, set there)
+- ``lab``: ``Lab``, an embedded broker on free ports, a Spark session and fresh configs under
+  one directory; ``start_broker``
+- ``checks``: a stream caught up with the log, every offset a layer landed exactly once, a
+  process crashed on purpose
+- ``workload``: sample data, the ``bench_events`` stream
+- ``machine``: what figures were measured on
+"""
+
+from loglake.testing.checks import caught_up, count_exactly_once, landed, sigkill
+from loglake.testing.conf import NO_BROKER, make_config, write_conf
+from loglake.testing.lab import Lab, start_broker
+from loglake.testing.machine import machine
+
+__all__ = ["NO_BROKER", "Lab", "caught_up", "count_exactly_once", "landed", "machine", "make_config", "sigkill",
+           "start_broker", "write_conf"]
