@@ -32,10 +32,11 @@ PHASE_ORDER = ("prepare", "read", "validate", "read_validate_write", "write", "q
                "results", "publish", "ledger")
 
 
-def measure(h: Harness, plat: Platform, t_module: float) -> dict:
+def measure(h: Harness, plat: Platform, started: float) -> dict:
     """``loglake_batch`` runs triggered through the REST API, each over fresh records in every
     dataset of ``P9_DATASETS`` (once the speed streams have caught up with them), as many as fit
-    ``BUDGET``; the platform's PSS sampled meanwhile (P8's batch figure).
+    ``BUDGET`` counted from ``started`` (the platform run's start); the platform's PSS sampled
+    meanwhile (P8's batch figure).
 
     When the log holds more than a few records the batch layer has not recomputed yet (P8's
     events), a first run absorbs them: its Spark tasks count for P5 and its memory for P8, but
@@ -56,7 +57,7 @@ def measure(h: Harness, plat: Platform, t_module: float) -> dict:
                       "a first run absorbs them (counted for P5 and P8, not P9)")
                 runs.append(_batch_run(h, plat, client, {}, "backlog", "absorbing the backlog"))
             while (measured := sum(r["kind"] == "measured" for r in runs)) < h.repeats:
-                left = BUDGET - (time.monotonic() - t_module)
+                left = BUDGET - (time.monotonic() - started)
                 if measured and left < runs[-1]["cycle_seconds"] * 1.2 + 60:
                     note = (f"{measured} of {h.repeats} runs: another (~{runs[-1]['cycle_seconds']:.0f}s with its "
                             f"records and the streams' catch-up) would not fit the platform run's {BUDGET // 60} min "
