@@ -23,8 +23,8 @@ from loglake.testing import Lab
 
 def build_tables(lab: Lab, config, ds) -> dict:
     """Speed over the whole log, batch over the first half of each partition; timings."""
-    from loglake.kafka.admin import log_bounds
     from loglake.core.offsets import OffsetRange
+    from loglake.kafka.admin import log_bounds
     from loglake.ledger.planning import Plan
     from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.streaming import run_speed
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary state directory")
     args = ap.parse_args(argv)
 
-    from loglake.ops.audit import audit_dataset, format_audit
     from loglake.local.produce import produce
+    from loglake.ops.audit import audit_dataset, format_audit
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))
     lab = Lab(root, args.bootstrap, app_name="loglake-bench-audit")  # its own broker without --bootstrap

@@ -206,14 +206,14 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         return []
     from pyspark.sql import functions as F
 
+    from loglake.core.offsets import OffsetRange
+    from loglake.core.predicates import range_predicate
     from loglake.kafka.admin import ensure_topic, log_bounds
+    from loglake.ledger.planning import Plan
     from loglake.ledger.ranges import ledger_rows
     from loglake.ledger.tables import snapshot
-    from loglake.core.offsets import OffsetRange
-    from loglake.ledger.planning import Plan
     from spark_jobs.batch import run_batch
     from spark_jobs.kafka_source import read_ranges
-    from loglake.core.predicates import range_predicate
 
     started = time.monotonic()
     count = int(os.environ.get("LOGLAKE_BENCH_P4_RECORDS") or (QUICK_RECORDS if h.quick else RECORDS))

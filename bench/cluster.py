@@ -95,8 +95,8 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
 
 def _recovery(h: Harness, cluster, config) -> list[float]:
     """Seconds from each leader kill until the stream passed the log end at the kill."""
-    from loglake.kafka.admin import end_offsets, ensure_topic
     from loglake.core.processes import wait_for
+    from loglake.kafka.admin import end_offsets, ensure_topic
     from loglake.speed.streams import SpeedStream
     from loglake.testing import caught_up
 
@@ -136,8 +136,8 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
 
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
-    from loglake.local.cluster import LocalCluster
     from loglake.core.processes import free_ports
+    from loglake.local.cluster import LocalCluster
 
     want = {m for m in ("C1", "C2", "C3") if only is None or m in only}
     if not want:

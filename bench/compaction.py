@@ -74,12 +74,12 @@ def _slices(starts: dict[int, int], ends: dict[int, int], n: int) -> list[tuple[
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     if only is not None and "P6" not in only:
         return []
+    from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
     from loglake.kafka.admin import end_offsets
     from loglake.ledger.tables import TableRef, snapshot
-    from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
     from loglake.local.produce import produce
-    from spark_jobs.maintenance import optimize
     from spark_jobs.kafka_source import source_options
+    from spark_jobs.maintenance import optimize
     from spark_jobs.streaming import process_batch, run_speed
 
     started = time.monotonic()

@@ -74,10 +74,10 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
     """
     import psutil
 
+    from loglake.core.processes import alive, descendants, free_port, wait_for
+    from loglake.kafka.admin import end_offsets
     from loglake.local.airflow_client import AirflowClient
     from loglake.local.airflow_standalone import EmbeddedAirflow
-    from loglake.kafka.admin import end_offsets
-    from loglake.core.processes import alive, descendants, free_port, wait_for
     from loglake.local.produce import produce
 
     started = time.monotonic()
@@ -197,8 +197,8 @@ def check_backfill(config, ds, requested, ends: dict[int, int], run_id: str, out
     """The ledger has each requested range once as written and once as published by
     ``run_id`` (and nothing else); batch ∪ quarantine(_layer='batch') holds each requested
     offset exactly once and no other: misses and strays count as lost, repeats as duplicated."""
-    from loglake.ops.coverage import check_exactly_once
     from loglake.ledger.ranges import ledger_rows
+    from loglake.ops.coverage import check_exactly_once
 
     rows = ledger_rows(config, ds)
     for state in ("written", "published"):

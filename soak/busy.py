@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loglake.kafka.admin import end_offsets
-from loglake.testing import Lab, caught_up
+from loglake.testing import Lab, caught_up, command_env, loglake_command
 from soak.scenarios import Outcome
 
 
@@ -173,10 +172,10 @@ def served_exactly_once(config, ds, ends: dict[int, int]) -> tuple[int, int, lis
     """(lost, duplicated, descriptions) of the served side of each layer against the log
     ``[0, end)``: batch rows and batch quarantine below W_p, speed rows and speed
     quarantine at or above it, at one snapshot (``loglake.ledger.snapshots.pin``), read with delta-rs."""
-    from loglake.ops.coverage import check_exactly_once
     from loglake.kafka.admin import log_bounds
     from loglake.ledger.snapshots import pin
     from loglake.ledger.tables import open_table, query
+    from loglake.ops.coverage import check_exactly_once
 
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     snap = pin(config, ds)
@@ -216,12 +215,12 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
     the serving view continuously (``query_pause`` seconds between two queries: 0, or a
     little at CI scale, where four JVMs share two cores); see the module's docstring for
     what must hold."""
-    from loglake.ops.audit import audit_dataset
-    from loglake.kafka.admin import ensure_topic, log_bounds
     from loglake.core.processes import alive, descendants, terminate, wait_for
+    from loglake.kafka.admin import ensure_topic, log_bounds
     from loglake.local.produce import produce
-    from loglake.speed.streams import SpeedStream
+    from loglake.ops.audit import audit_dataset
     from loglake.serving.spark import query
+    from loglake.speed.streams import SpeedStream
 
     started = time.monotonic()
     spark = lab.spark()
@@ -233,7 +232,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
                             f"the serving view continuously",
                       command=f"soak R4 minutes={minutes:g} maintain_every={maintain_every:g} "
                               f"batch_every={batch_every:g} rate={rate:g}")
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
+    env = command_env(config)
     logs = lab.root / f"r4-{seed}"
     logs.mkdir(parents=True, exist_ok=True)
     guard = threading.Lock()
@@ -277,7 +276,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
             log = logs / f"{out.faults:03d}-{kind}.log"
         at = time.monotonic()
         with log.open("wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "loglake.cli", *args], env=env, stdout=f,
+            proc = subprocess.Popen(loglake_command(*args), env=env, stdout=f,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         with guard:
             procs.append(proc)

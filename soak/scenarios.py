@@ -9,7 +9,6 @@ and duplicated, recovery seconds per fault. ``tests/reliability`` runs them smal
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -19,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from loglake.kafka.admin import end_offsets
-from loglake.testing import Lab, caught_up, count_exactly_once, sigkill
+from loglake.testing import (Lab, caught_up, command_env, config_environment, count_exactly_once, loglake_command,
+                             run_loglake, sigkill)
 
 
 @dataclass
@@ -59,8 +59,8 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
                 rate: float | None = None) -> Outcome:
     """R1: SIGKILL the speed job ``kills`` times at random moments while ``records`` arrive
     over 6 partitions; then every offset must be in speed ∪ quarantine exactly once."""
-    from loglake.kafka.admin import group_offsets
     from loglake.core.processes import descendants, wait_for
+    from loglake.kafka.admin import group_offsets
     from loglake.local.produce import produce
     from loglake.speed.streams import SpeedStream
 
@@ -115,8 +115,8 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
     speed stream runs. Every record the producer saw acknowledged must land exactly once in
     speed ∪ quarantine; recovery is from the broker answering again until the speed layer
     has committed everything the log held at that moment, by itself (its supervisor)."""
-    from loglake.kafka.admin import ensure_topic
     from loglake.core.processes import wait_for
+    from loglake.kafka.admin import ensure_topic
     from loglake.local.produce import produce
     from loglake.speed.streams import SpeedStream
 
@@ -202,15 +202,14 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     identical content and batch ∪ quarantine must hold every offset exactly once;
     recovery seconds: each complete run."""
     import subprocess
-    import sys
     from collections import Counter
 
-    from loglake.ops.coverage import check_exactly_once
-    from loglake.ledger.ranges import ledger_rows
     from loglake.core.offsets import OffsetRange
-    from loglake.ledger.planning import Plan
     from loglake.core.processes import alive, descendants
+    from loglake.ledger.planning import Plan
+    from loglake.ledger.ranges import ledger_rows
     from loglake.local.produce import produce
+    from loglake.ops.coverage import check_exactly_once
     from spark_jobs.pipeline import recompute_and_publish
 
     started = time.monotonic()
@@ -221,12 +220,11 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     ends = {p: e for p, e in end_offsets(config, ds.topic).items() if e}
     out = Outcome("R6", f"the same ranges recomputed twice, once SIGKILLed mid-write ({records:,} records)",
                   records=sum(ends.values()), command=f"soak R6 records={records}")
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
     ranges = [a for p, end in sorted(ends.items()) for a in ("--range", f"{p}:0-{end}")]
     table = Path(config.table_path(ds, "batch"))
     log = lab.root / f"r6-{seed}.log"
     with log.open("ab") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "loglake.cli", "backfill", ds.name, *ranges], env=env,
+        proc = subprocess.Popen(loglake_command("backfill", ds.name, *ranges), env=command_env(config),
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -286,15 +284,6 @@ def delete_oldest(config, topic: str, fraction: float) -> dict[int, int]:
     return {p: lo for p, (lo, _hi) in log_bounds(config, topic).items()}
 
 
-def _cli(config, *args, timeout: float = 600):
-    import subprocess
-    import sys
-
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
-    return subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     """R3: Kafka deletes offsets neither layer has read (DeleteRecords of the oldest 90 % of
     each partition, as retention would after an outage). The loss is loud on both sides,
@@ -305,13 +294,13 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
 
     ``lost`` counts offsets missing without a record; recovery seconds: from the
     acceptance until the batch layer (one batch run) and the waiting stream caught up."""
-    from loglake.ops.audit import audit_dataset, format_audit
     from loglake.core.errors import DataLossError, ParamError
-    from loglake.ledger.ranges import batch_watermarks
+    from loglake.core.processes import wait_for
     from loglake.ledger.losses import accept_loss, find_losses
     from loglake.ledger.planning import plan_batch
-    from loglake.core.processes import wait_for
+    from loglake.ledger.ranges import batch_watermarks
     from loglake.local.produce import produce
+    from loglake.ops.audit import audit_dataset, format_audit
     from loglake.ops.status import dataset_status, format_status
     from loglake.speed.streams import SpeedStream
     from spark_jobs.pipeline import recompute_and_publish
@@ -346,7 +335,7 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
         expect((e.topic, e.missing_start, e.missing_end) == (ds.topic, marks[p], earliest[p]),
                f"the batch error names {e.topic}[{e.partition}] [{e.missing_start}, {e.missing_end})")
         expect("loglake accept-loss" in str(e), "the batch error does not name loglake accept-loss")
-    r = _cli(config, "speed", "run", ds.name, "--available-now")
+    r = run_loglake(config, "speed", "run", ds.name, "--available-now")
     expect(r.returncode == 2 and "DataLossError" in r.stderr and "accept-loss" in r.stderr,
            f"speed run --available-now: {r.returncode}: {r.stderr[-300:]}")
     expect("Traceback" not in r.stderr and "at org.apache" not in r.stderr, "speed run printed a stack trace")
@@ -369,14 +358,9 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
             sys.path.insert(0, sys_path)
         from loglake_airflow.plans import batch_args
 
-        saved = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
-        os.environ.update({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})
-        try:
+        with config_environment(config):  # the plan task's body reads the config from there
             produce(config, ceos, 50, seed=seed + 2)
             planned = batch_args("r3/run")
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         expect([a[a.index("--dataset") + 1] for a in planned["args"]] == ["company_ceos"],
                f"the batch plan with one dataset lost: {planned['args']}")
         expect(len(planned["losses"]) == 1 and planned["losses"][0].startswith(f"job_views: data loss: {ds.topic}["),
@@ -398,7 +382,7 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
         accepted = accept_loss(config, ds, "weekend outage, retention ran", partition=first_p)
         expect([(x.partition, x.start, x.end) for x in accepted] == [(first_p, losses[0].start, losses[0].end)],
                f"accept-loss --partition {first_p}: {accepted}")
-        r = _cli(config, "accept-loss", ds.name, "--reason", "weekend outage, retention ran")
+        r = run_loglake(config, "accept-loss", ds.name, "--reason", "weekend outage, retention ran")
         expect(r.returncode == 0 and r.stdout.count("accepted as lost:") == len(losses) - 1,
                f"loglake accept-loss: {r.returncode}: {r.stdout[-300:]}{r.stderr[-300:]}")
         expect(find_losses(config, ds) == [], "losses left after accept-loss")
@@ -476,8 +460,8 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
 
     from loglake.kafka.admin import ensure_topic
     from loglake.ledger.planning import plan_batch
-    from loglake.local.produce import generate
     from loglake.ledger.tables import open_table, query
+    from loglake.local.produce import generate
     from spark_jobs.pipeline import recompute_and_publish
     from spark_jobs.streaming import run_speed
 
@@ -592,9 +576,6 @@ def _tree(root: Path) -> dict[str, tuple[int, float]]:
 def bad_input(lab: Lab) -> Outcome:
     """R8: malformed config, unknown datasets, out-of-bounds ranges, injection-like values in
     CLI arguments and DAG params: each refused at the edge naming the field; nothing written."""
-    import subprocess
-    import sys
-
     import yaml
 
     from loglake.core.config import load_config
@@ -607,25 +588,23 @@ def bad_input(lab: Lab) -> Outcome:
     produce(config, ds, 50, seed=8)
     out = Outcome("R8", "bad operator input: config, CLI arguments, DAG params", command="soak R8")
     before = _tree(config.home)
-    env = {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)}
     for args, field_ in BAD_CLI:
-        r = subprocess.run([sys.executable, "-m", "loglake.cli", *args], env=env, capture_output=True, text=True,
-                           timeout=300)
+        r = run_loglake(config, *args, timeout=300)
         out.faults += 1
         if r.returncode == 0 or field_ not in r.stderr or "Traceback" in r.stderr:
             out.notes.append(f"not refused as expected: loglake {' '.join(args)} -> {r.returncode}: {r.stderr[-300:]}")
 
     from loglake_airflow.plans import backfill_args  # the DAG's plan task body (plugins on sys.path)
 
-    os.environ.update({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})
-    for params, field_ in BAD_PARAMS:
-        out.faults += 1
-        try:
-            backfill_args({"ranges": None, "from_ts": None, "to_ts": None, "dry_run": False, **params}, "r8/run")
-            out.notes.append(f"DAG params accepted: {params}")
-        except Exception as e:  # AirflowFailException naming the field
-            if field_ not in str(e) or type(e).__name__ != "AirflowFailException":
-                out.notes.append(f"DAG params {params}: {type(e).__name__}: {e}")
+    with config_environment(config):
+        for params, field_ in BAD_PARAMS:
+            out.faults += 1
+            try:
+                backfill_args({"ranges": None, "from_ts": None, "to_ts": None, "dry_run": False, **params}, "r8/run")
+                out.notes.append(f"DAG params accepted: {params}")
+            except Exception as e:  # AirflowFailException naming the field
+                if field_ not in str(e) or type(e).__name__ != "AirflowFailException":
+                    out.notes.append(f"DAG params {params}: {type(e).__name__}: {e}")
 
     source = (config.conf_dir / "datasets" / "job_views.yaml").read_text()
     for name, text, field_ in BAD_CONF:

@@ -1,0 +1,46 @@
+"""The ``loglake`` command as an operator types it, on a test's config (its own conf and state
+directory), in a process of its own; and that config named to code in this process that
+reads it from the environment, as an Airflow task's body does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from loglake.core.config import Config
+
+
+def command_env(config: Config, **more: str) -> dict[str, str]:
+    """This process's environment with ``config``'s conf and state directory (``LOGLAKE_CONF``,
+    ``LOGLAKE_HOME``), then ``more``."""
+    return {**os.environ, "LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home), **more}
+
+
+def loglake_command(*args: str) -> list[str]:
+    """``loglake ARGS`` with this interpreter (the venv's, whatever is on PATH)."""
+    return [sys.executable, "-m", "loglake.cli", *args]
+
+
+def run_loglake(config: Config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``loglake ARGS`` on ``config``; its exit code and output (text)."""
+    return subprocess.run(loglake_command(*args), env=command_env(config), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@contextmanager
+def config_environment(config: Config) -> Iterator[None]:
+    """``LOGLAKE_CONF`` and ``LOGLAKE_HOME`` name ``config`` in this process inside the block;
+    what they were is restored after."""
+    saved = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
+    os.environ.update({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
