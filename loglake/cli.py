@@ -47,7 +47,6 @@ from loglake.speed.streams import SpeedStream, streams
 
 
 def cmd_kafka(config: Config, args) -> int:
-
     if args.action in ("start", "stop") and config.profile.local_cluster is not None:
         print(f"loglake: error: profile {config.profile_name!r} runs a {len(config.kafka.ports)}-node Kafka "
               f"cluster: `loglake cluster {'up' if args.action == 'start' else 'down'}` {args.action}s it",
@@ -75,7 +74,6 @@ def cmd_kafka(config: Config, args) -> int:
 
 
 def cmd_cluster(config: Config, args) -> int:
-
     cluster = LocalCluster(config)
     if args.action == "up":
         t0 = time.monotonic()
@@ -92,7 +90,6 @@ def cmd_cluster(config: Config, args) -> int:
 
 
 def kafka_status(config: Config) -> int:
-
     topics = list_topics(config)
     sec = config.kafka.security
     how = f" ({sec.protocol}, {sec.mechanism} as {sec.username})" if sec else ""
@@ -110,7 +107,6 @@ def kafka_status(config: Config) -> int:
 
 
 def cmd_produce(config: Config, args) -> int:
-
     ds = config.dataset(args.dataset)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
                   progress=not args.quiet, transactional=args.transactional,
@@ -127,7 +123,6 @@ def cmd_produce(config: Config, args) -> int:
 
 
 def cmd_speed(config: Config, args) -> int:
-
     if args.action == "run":
         if not args.dataset:
             raise LoglakeError("speed run needs a DATASET")
@@ -150,7 +145,6 @@ def cmd_speed(config: Config, args) -> int:
 
 
 def speed_status(config: Config, name: str | None) -> int:
-
     for stream in streams(config, name):
         line = f"speed {stream.ds.name}: {stream.state()}"
         prog = stream.progress()
@@ -166,7 +160,6 @@ def speed_status(config: Config, name: str | None) -> int:
 
 
 def _print_tables(config: Config, ds: Dataset) -> None:
-
     for line in table_summary(config, ds):
         print(f"  {line}")
 
@@ -230,13 +223,11 @@ def print_quality(ds: Dataset, outcome) -> int:
 
 
 def cmd_batch(config: Config, args) -> int:
-
     ds = config.dataset(args.dataset)
     return run_plan(config, ds, plan_batch(config, ds), args.dry_run)
 
 
 def cmd_backfill(config: Config, args) -> int:
-
     ds = config.dataset(args.dataset)
     plan = plan_backfill(config, ds, ranges=args.range, from_ts=args.from_ts, to_ts=args.to_ts)
     return run_plan(config, ds, plan, args.dry_run)
@@ -245,7 +236,6 @@ def cmd_backfill(config: Config, args) -> int:
 def cmd_query(config: Config, args) -> int:
     """Run a read-only statement: by the Arrow engine (delta-rs' DataFusion, no JVM) when it
     answers it as Spark would, else by Spark (``--engine`` chooses)."""
-
 
     if args.engine in (None, "arrow"):
         try:

@@ -178,7 +178,6 @@ def refusal_reason(error) -> str | None:
     """For a librdkafka error event: the broker's refusal of the client's login or TLS, in a
     few words (None: some other error)."""
 
-
     text = re.sub(r"^\S+/bootstrap: |^\S+://\S+: ", "", error.str())
     text = re.sub(r" \(after \d+ms in state \w+\)$", "", text).strip()
     if error.code() == KafkaError._AUTHENTICATION:

@@ -55,7 +55,6 @@ def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
     (``loglake.local.cds`` makes it at setup; it may not exist)."""
 
-
     try:
         version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
     except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either

@@ -178,7 +178,6 @@ class Phases:
 
     @contextmanager
     def __call__(self, name: str):
-
         t0 = time.monotonic()
         try:
             yield

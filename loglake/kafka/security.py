@@ -80,18 +80,15 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def _name(common_name: str):
-
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "loglake"),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _new_key():
-
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _key_pem(key) -> bytes:
-
     # Unencrypted PKCS#8: what Kafka's PEM key store reads without ssl.key.password (the
     # file's mode, 0600 in a 0700 directory, is what protects it).
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -99,12 +96,10 @@ def _key_pem(key) -> bytes:
 
 
 def _cert_pem(cert) -> bytes:
-
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _new_ca():
-
     key = _new_key()
     now = dt.datetime.now(dt.timezone.utc)
     name = _name("loglake local CA")
@@ -121,7 +116,6 @@ def _new_ca():
 
 
 def _new_broker_cert(ca_key, ca_cert):
-
     key = _new_key()
     now = dt.datetime.now(dt.timezone.utc)
     names = [x509.IPAddress(ipaddress.ip_address(h)) if h[0].isdigit() else x509.DNSName(h) for h in HOSTS]
@@ -139,7 +133,6 @@ def _new_broker_cert(ca_key, ca_cert):
 
 
 def _needs_new_broker_cert(path: Path, ca_cert) -> bool:
-
     try:
         cert = x509.load_pem_x509_certificates(path.read_bytes())[0]
     except (FileNotFoundError, ValueError, IndexError):

@@ -65,7 +65,6 @@ def _txn(path: str, version: int) -> dict | None:
 
 
 def _maintenance(config: Config, path: str) -> list[dict]:
-
     table = open_table(config.system_table_path(MAINTENANCE_LOG))
     if table is None:
         return []

@@ -103,7 +103,6 @@ def accept_loss(config: Config, ds: Dataset, reason: str, *, partition: int | No
     """Record the dataset's current losses (of ``partition``, or every partition) as lost in
     the ledger, under the dataset's single writer; returns them (empty: nothing was lost)."""
 
-
     if not reason or not reason.strip():
         raise ParamError("reason", "say why the loss is accepted (it is kept in the ledger with who and when)")
     partitions = dataset_bounds(config, ds)

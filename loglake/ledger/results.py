@@ -14,7 +14,6 @@ from loglake.ledger.tables import open_table, query
 
 
 def _rows(config: Config, table: SystemTable, ds: Dataset, order: str) -> list[dict]:
-
     t = open_table(config.system_table_path(table))
     if t is None:
         return []

@@ -117,7 +117,6 @@ class LocalCluster:
     def leader(self, topic: str, partition: int) -> EmbeddedKafka:
         """The node that leads ``topic``'s ``partition`` now (as the cluster's metadata says)."""
 
-
         leader = admin(self.config).list_topics(topic, timeout=15).topics[topic].partitions[partition].leader
         if leader < 1:
             raise KafkaUnavailableError(f"{topic}[{partition}] has no leader now")

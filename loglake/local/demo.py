@@ -33,14 +33,12 @@ DEMO_SQL = ("SELECT _partition, count(*) AS rows, count(DISTINCT _offset) AS off
 
 
 def wait_caught_up(config: Config, timeout: float = 300.0) -> None:
-
     for stream in streams(config):
         wait_for(lambda: all(s.speed_position == s.end for s in dataset_state(config, stream.ds)), timeout,
                  f"speed {stream.ds.name} to reach the log end", 1.0, log=stream.process)
 
 
 def _client(config: Config):
-
     airflow = EmbeddedAirflow(config)
     return airflow, AirflowClient(airflow.url, airflow.token())
 
@@ -117,7 +115,6 @@ def print_audit(a: dict) -> None:
 
 
 def report_maintenance(config: Config, run: dict) -> bool:
-
     spark, _overhead = _spark_overhead(run)
     print(f"loglake_maintenance run {run['run_id']}: {run['state']} in {run['wall']:.1f}s (Spark jobs {spark:.1f}s), "
           "while the streams write:")
@@ -134,13 +131,11 @@ def report_maintenance(config: Config, run: dict) -> bool:
 
 
 def batch_quarantined(config: Config, ds: Dataset) -> int:
-
     t = open_table(config.table_path(ds, "quarantine"))
     return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 
 def run_demo(config: Config, count: int, bad_fraction: float) -> int:
-
     t0 = time.monotonic()
     if config.kafka.embedded:
         stack.broker(config).start()

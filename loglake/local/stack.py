@@ -64,7 +64,6 @@ def stop_streams(config: Config, name: str | None = None) -> None:
 
 
 def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):
-
     return EmbeddedAirflow(config, port, dags_paused=dags_paused)
 
 

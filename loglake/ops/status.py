@@ -219,7 +219,6 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
 
 
 def schema_text(schema: dict) -> str:
-
     return text(schema)
 
 
@@ -229,7 +228,6 @@ def lost_text(r: dict) -> str:
 
 
 def writer_text(holder: dict | None) -> str:
-
     return "none (free)" if holder is None else f"{describe_holder(holder)}, lease until {holder.get('expires_at')}"
 
 

@@ -69,7 +69,6 @@ def read(config: Config, name: str):
 
 
 def serving_view(config: Config, ds: Dataset, snap):
-
     tables = {}
     for side, layer in (("b", "batch"), ("s", "speed")):
         version = snap.version(layer)
