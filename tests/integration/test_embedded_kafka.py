@@ -5,6 +5,7 @@ Needs the kafka jars (`python -m loglake.local.jars`) and Java; skipped without 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
@@ -68,7 +69,8 @@ def test_records_survive_restart(kafka):
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
 
     errors = []
-    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    # Its client log goes to Python's logging: the broker restarts under it below.
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "logger": logging.getLogger("tests.kafka")})
     for i in range(10):
         producer.produce(topic, key=str(i), value=f"record-{i}",
                          on_delivery=lambda err, _msg: err and errors.append(err))

@@ -9,6 +9,8 @@ sees it, so a bug shared by loglake's reader and writer cannot hide.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import functions as F
@@ -100,7 +102,9 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
 
     # An open transaction: its records are not readable yet (read_committed stops at the last
     # stable offset), so the log's end does not move, and nothing waits for them.
-    open_txn = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "transactional.id": f"open-{ds.topic}"})
+    # Its client log goes to Python's logging, not to the terminal, if it outlives the test's broker.
+    open_txn = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "transactional.id": f"open-{ds.topic}",
+                         "logger": logging.getLogger("tests.kafka")})
     open_txn.init_transactions(30)
     open_txn.begin_transaction()
     for i in range(20):
