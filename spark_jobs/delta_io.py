@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
 from loglake.core.retrying import attempts_made
+from loglake.serving.spark import table_exists  # one definition; the jobs call it as delta_io.table_exists
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -78,12 +79,6 @@ def to_delta(df: DataFrame, mode: str, stats: Sequence[str] | None = None) -> Da
     writer = df.write.format("delta").mode(mode)
     keep = [c for c in stats or () if c in df.columns]
     return writer.option(STATS_COLUMNS, ",".join(keep)) if keep else writer
-
-
-def table_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
 
 
 def committed_version(path: str, app_id: str) -> int | None:
