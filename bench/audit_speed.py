@@ -66,13 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for i in range(2):  # the second run shows the steady state (page cache warm)
             result = audit_dataset(config, ds, run_id=f"bench-{i}")
-            runs.append({"seconds": result["seconds"], "log_seconds": result["log_seconds"],
-                         "log_offsets_read": result["log_offsets_read"],
-                         "log_offsets_per_second": round(result["log_offsets_read"] / result["log_seconds"]),
-                         "offsets_checked": result["offsets_checked"], "ok": result["ok"]})
+            runs.append({"seconds": result.seconds, "log_seconds": result.log_seconds,
+                         "log_offsets_read": result.log_offsets_read,
+                         "log_offsets_per_second": round(result.log_offsets_read / result.log_seconds),
+                         "offsets_checked": result.offsets_checked, "ok": result.ok})
             print("\n".join(format_audit(result)[:1]))
-            print(f"  run {i + 1}: log read {result['log_offsets_read']:,} offsets in {result['log_seconds']:.2f}s "
-                  f"({runs[-1]['log_offsets_per_second']:,} offsets/s); audit total {result['seconds']:.2f}s")
+            print(f"  run {i + 1}: log read {result.log_offsets_read:,} offsets in {result.log_seconds:.2f}s "
+                  f"({runs[-1]['log_offsets_per_second']:,} offsets/s); audit total {result.seconds:.2f}s")
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"count": args.count, "produce_seconds": round(produced.seconds, 1), **built,

@@ -423,9 +423,9 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
         for s in said:
             note("end", s)
         audit = audit_dataset(config, ds, record=False)
-        if not audit["ok"]:
-            note("end", f"audit: {audit['missing']} missing, {audit['duplicated']} duplicated, "
-                        f"{audit['unexpected']} unexpected")
+        if not audit.ok:
+            note("end", f"audit: {audit.missing} missing, {audit.duplicated} duplicated, "
+                        f"{audit.unexpected} unexpected")
     finally:
         stop_ingest.set()
         stop_jobs.set()

@@ -25,6 +25,8 @@ from loglake.local.airflow_client import AirflowClient, run_seconds
 from loglake.local.airflow_standalone import EmbeddedAirflow
 from loglake.local.produce import produce
 from loglake.maintenance.runs import format_log_rows
+from loglake.ops.audit import AuditResult
+from loglake.ops.diff import DiffResult
 from loglake.speed.streams import streams
 
 # Over the provenance columns every dataset has: rows, distinct offsets and their span per partition.
@@ -99,19 +101,19 @@ def report_batch(run: dict) -> bool:
                   f"{'published' if v.get('published') else 'NOT published'}" + (f"; warnings: {warned}" if warned else ""))
     for (task_id, _i), t in sorted(run["tasks"].items()):
         if task_id == "dataset.diff" and t["value"]:
-            for d in t["value"]:
-                print(f"  diff    {d['dataset']}[{d['partition']}] [{d['start']}, {d['end']}): "
-                      f"{d['missing_in_speed']['count']} missing in speed, "
-                      f"{(d['missing_in_batch'] or {}).get('count', '-')} missing in batch, "
-                      f"{d['changed']['rows']} changed")
+            for d in map(DiffResult.from_dict, t["value"]):
+                print(f"  diff    {d.dataset}[{d.partition}] [{d.start}, {d.end}): "
+                      f"{d.missing_in_speed.count} missing in speed, "
+                      f"{d.missing_in_batch.count if d.missing_in_batch else '-'} missing in batch, "
+                      f"{d.changed.rows} changed")
         elif task_id == "dataset.audit" and t["value"]:
-            print_audit(t["value"])
+            print_audit(AuditResult.from_dict(t["value"]))
     return run["state"] == "success"
 
 
-def print_audit(a: dict) -> None:
-    print(f"  audit   {a['dataset']}: {'ok' if a['ok'] else 'FAILED'}: {a['offsets_checked']:,} offsets checked, "
-          f"{a['missing']} missing, {a['duplicated']} duplicated, {a['unexpected']} unexpected")
+def print_audit(a: AuditResult) -> None:
+    print(f"  audit   {a.dataset}: {'ok' if a.ok else 'FAILED'}: {a.offsets_checked:,} offsets checked, "
+          f"{a.missing} missing, {a.duplicated} duplicated, {a.unexpected} unexpected")
 
 
 def report_maintenance(config: Config, run: dict) -> bool:
@@ -124,7 +126,7 @@ def report_maintenance(config: Config, run: dict) -> bool:
             print("\n".join(format_log_rows(rows)))
     for (task_id, name), t in sorted(run["tasks"].items()):
         if task_id == "dataset.audit" and t["value"]:
-            print_audit(t["value"])
+            print_audit(AuditResult.from_dict(t["value"]))
         elif t["state"] != "success":
             print(f"  {task_id}[{name}]: {t['state']}")
     return run["state"] == "success"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 import uuid
 from array import array
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -59,6 +59,100 @@ class LogPartition:
     offsets: np.ndarray
     keys: list[str | None] | None = None
     tombstone: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One partition's batch or speed part at one point (``served``: the versions readers are
+    served; ``newest``: the tables' newest versions): the range checked, the counts, and the
+    first offending offsets (as numbers, and as text for an operator)."""
+
+    partition: int
+    layer: str
+    checked_from: int
+    checked_to: int
+    offsets_checked: int
+    missing: int
+    duplicated: int
+    unexpected: int
+    sample_missing: list[int]
+    sample_duplicated: list[int]
+    sample_unexpected: list[int]
+    describe_missing: str
+    describe_duplicated: str
+    describe_unexpected: str
+    ok: bool
+    point: str
+    table: str
+    table_version: int | None
+    quarantine_version: int | None
+
+
+@dataclass(frozen=True)
+class AuditTotals:
+    """Sums over some rows of an audit (those of one point): all ok, how many, the counts."""
+
+    ok: bool
+    rows: int
+    offsets_checked: int
+    missing: int
+    duplicated: int
+    unexpected: int
+
+    @classmethod
+    def of(cls, rows: list[AuditRow]) -> AuditTotals:
+        return cls(all(r.ok for r in rows), len(rows), sum(r.offsets_checked for r in rows),
+                   sum(r.missing for r in rows), sum(r.duplicated for r in rows), sum(r.unexpected for r in rows))
+
+
+@dataclass(frozen=True)
+class LostRange:
+    """Offsets ``[start, end)`` of a partition the log lost before a layer read them, accepted
+    by an operator (``loglake accept-loss``): not checked, reported."""
+
+    partition: int
+    start: int
+    end: int
+    reason: str
+    recorded_by: str
+    committed_at: str  # ISO 8601
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """One audit of a dataset. The totals are those of what readers are served; ``newest``
+    says the same of the newest versions, ``partitions`` holds the rows of both points."""
+
+    dataset: str
+    topic: str
+    kind: str
+    run_id: str
+    audited_at: str  # ISO 8601
+    ok: bool  # every row, served and newest
+    offsets_checked: int
+    missing: int
+    duplicated: int
+    unexpected: int
+    versions: dict[str, dict[str, int | None]]  # point → layer (and batch_quarantine) → version
+    newest: AuditTotals
+    foreign_commits: dict[str, list[dict]]  # table → loglake.ledger.history.foreign_commits
+    log_offsets_read: int
+    log_seconds: float
+    seconds: float
+    partitions: list[AuditRow]
+    notes: list[str]
+    lost: list[LostRange]
+
+    def to_dict(self) -> dict:
+        """The result as JSON carries it (the audit task's XCom)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AuditResult:
+        """Back from ``to_dict``; the audit task's XCom leaves ``partitions`` out."""
+        return cls(**{**d, "newest": AuditTotals(**d["newest"]),
+                      "partitions": [AuditRow(**r) for r in d.get("partitions", [])],
+                      "lost": [LostRange(**r) for r in d["lost"]]})
 
 
 def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], keys: bool = False) -> dict[int, LogPartition]:
@@ -199,7 +293,7 @@ def _versions(snap, layer: str) -> tuple[int | None, int | None]:
 
 
 def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample: int = 20,
-                  record: bool = True) -> dict:
+                  record: bool = True) -> AuditResult:
     """Audit every partition of ``ds`` at the versions readers are served and at the tables'
     newest versions (where those differ); store one row per partition, layer and point in
     ``_audit_results`` (unless ``record`` is false) and return the result. ``sample``: how
@@ -268,9 +362,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
                 quarantined = offsets(f"q_{layer}", versions[1]).get(p, {"offsets": empty})["offsets"]
                 cov = _check(ds, layer, log[p], start, end,
                              {"rows": own["offsets"], "state": own, "quarantine": quarantined})
-                rows.append({**_row(ds, p, layer, start, end, cov, sample), "point": point,
-                             "table": getattr(ds.tables, layer), "table_version": versions[0],
-                             "quarantine_version": versions[1]})
+                rows.append(_row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
             if point == "served" and wms.get(p) is None:
                 notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
             if point == "served" and positions.get(p) is None:
@@ -285,115 +377,113 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
             since = "its creation" if found[0] is None else f"the served version {found[0]}"
             notes.append(f"{getattr(ds.tables, layer)}: commits loglake did not make since {since}: {commits}; "
                          f"not served, and the next publish refuses them (loglake history {getattr(ds.tables, layer)})")
-    newest_bad = [r for r in rows if r["point"] == "newest" and not r["ok"]]
+    newest_bad = [r for r in rows if r.point == "newest" and not r.ok]
     if newest_bad and busy:
         notes.append(f"{ds.name} was being written while its newest versions were read "
                      f"({busy.get('operation', 'a writer')} run {busy.get('run_id')}): a check of them may have met "
                      "that work half done; audit again once it finished")
-    served_rows = [r for r in rows if r["point"] == "served"]
-    result = {
-        "dataset": ds.name, "topic": ds.topic, "kind": ds.kind, "run_id": run_id,
-        "audited_at": audited_at.isoformat(), "ok": all(r["ok"] for r in rows),
-        # The totals are those of what readers are served; ``newest`` says the same of the newest versions.
-        "offsets_checked": sum(r["offsets_checked"] for r in served_rows),
-        "missing": sum(r["missing"] for r in served_rows), "duplicated": sum(r["duplicated"] for r in served_rows),
-        "unexpected": sum(r["unexpected"] for r in served_rows),
-        "versions": {point: {layer: s.version(layer) for layer in s.versions} | {
+    served = AuditTotals.of([r for r in rows if r.point == "served"])
+    result = AuditResult(
+        dataset=ds.name, topic=ds.topic, kind=ds.kind, run_id=run_id, audited_at=audited_at.isoformat(),
+        ok=all(r.ok for r in rows), offsets_checked=served.offsets_checked, missing=served.missing,
+        duplicated=served.duplicated, unexpected=served.unexpected,
+        versions={point: {layer: s.version(layer) for layer in s.versions} | {
             "batch_quarantine": s.batch_quarantine_version} for point, s in snaps.items()},
-        "newest": _totals([r for r in rows if r["point"] == "newest"]),
-        "foreign_commits": foreign,
-        "log_offsets_read": sum(len(part.offsets) for part in log.values()),
-        "log_seconds": round(log_seconds, 3), "seconds": round(time.monotonic() - started, 3),
-        "partitions": rows, "notes": notes,
-        # Offsets the log lost before a layer read them, accepted by an operator: not checked
-        # (the log no longer holds them), reported.
-        "lost": [{k: (r[k].isoformat() if hasattr(r[k], "isoformat") else r[k])
-                  for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")} for r in snap.lost],
-    }
+        newest=AuditTotals.of([r for r in rows if r.point == "newest"]),
+        foreign_commits=foreign,
+        log_offsets_read=sum(len(part.offsets) for part in log.values()),
+        log_seconds=round(log_seconds, 3), seconds=round(time.monotonic() - started, 3),
+        partitions=rows, notes=notes,
+        lost=[LostRange(r["partition"], r["start"], r["end"], r["reason"], r["recorded_by"], _iso(r["committed_at"]))
+              for r in snap.lost],
+    )
     if record:
         write_results(config, result, audited_at)
     return result
 
 
-def _totals(rows: list[dict]) -> dict:
-    return {"ok": all(r["ok"] for r in rows), "rows": len(rows),
-            **{k: sum(r[k] for r in rows) for k in ("offsets_checked", "missing", "duplicated", "unexpected")}}
+def _iso(v):
+    return v.isoformat() if hasattr(v, "isoformat") else v
 
 
-def _row(ds: Dataset, p: int, layer: str, start: int, end: int, cov: Coverage, n: int) -> dict:
-    return {
-        "partition": p, "layer": layer, "checked_from": start, "checked_to": end,
-        "offsets_checked": cov.checked, "missing": len(cov.missing), "duplicated": len(cov.duplicated),
-        "unexpected": len(cov.unexpected), "sample_missing": first_offsets(cov.missing, n),
-        "sample_duplicated": first_offsets(cov.duplicated, n),
-        "sample_unexpected": first_offsets(cov.unexpected, n),
-        "describe_missing": describe_sample(cov.missing, n),
-        "describe_duplicated": describe_sample(cov.duplicated, n),
-        "describe_unexpected": describe_sample(cov.unexpected, n), "ok": cov.ok,
-    }
+def _row(p: int, layer: str, point: str, table: str, versions: tuple[int | None, int | None], start: int, end: int,
+         cov: Coverage, n: int) -> AuditRow:
+    return AuditRow(
+        partition=p, layer=layer, checked_from=start, checked_to=end,
+        offsets_checked=cov.checked, missing=len(cov.missing), duplicated=len(cov.duplicated),
+        unexpected=len(cov.unexpected), sample_missing=first_offsets(cov.missing, n),
+        sample_duplicated=first_offsets(cov.duplicated, n),
+        sample_unexpected=first_offsets(cov.unexpected, n),
+        describe_missing=describe_sample(cov.missing, n),
+        describe_duplicated=describe_sample(cov.duplicated, n),
+        describe_unexpected=describe_sample(cov.unexpected, n), ok=cov.ok,
+        point=point, table=table, table_version=versions[0], quarantine_version=versions[1],
+    )
 
 
-def write_results(config: Config, result: dict, audited_at: datetime) -> None:
+def write_results(config: Config, result: AuditResult, audited_at: datetime) -> None:
     """Append the audit's rows to ``_audit_results`` (``loglake.core.contracts.AUDIT_RESULTS``)."""
     import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
     from deltalake import write_deltalake  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
 
     rows = [{
-        **{k: r[k] for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked", "missing",
-                             "duplicated", "unexpected", "ok", "point", "table_version", "quarantine_version")},
-        "dataset": result["dataset"], "topic": result["topic"], "run_id": result["run_id"], "audited_at": audited_at,
-        "sample_missing": r["describe_missing"], "sample_duplicated": r["describe_duplicated"],
-        "sample_unexpected": r["describe_unexpected"],
-    } for r in result["partitions"]]
+        **{k: getattr(r, k) for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked",
+                                      "missing", "duplicated", "unexpected", "ok", "point", "table_version",
+                                      "quarantine_version")},
+        "dataset": result.dataset, "topic": result.topic, "run_id": result.run_id, "audited_at": audited_at,
+        "sample_missing": r.describe_missing, "sample_duplicated": r.describe_duplicated,
+        "sample_unexpected": r.describe_unexpected,
+    } for r in result.partitions]
     path = config.system_table_path(AUDIT_RESULTS).replace("s3a://", "s3://")
     # merge: a table an older loglake made gains the columns the contract added since.
     write_deltalake(path, pa.Table.from_pylist(rows, schema=AUDIT_RESULTS.contract.arrow_schema()), mode="append",
                     schema_mode="merge")
 
 
-def _verdict(rows: list[dict]) -> str:
-    bad = [f"{sum(r[k] for r in rows)} {k}" for k in ("missing", "duplicated", "unexpected") if any(r[k] for r in rows)]
+def _verdict(rows: list[AuditRow]) -> str:
+    bad = [f"{sum(getattr(r, k) for r in rows)} {k}" for k in ("missing", "duplicated", "unexpected")
+           if any(getattr(r, k) for r in rows)]
     return ", ".join(bad) or "ok"
 
 
-def format_audit(result: dict) -> list[str]:
+def format_audit(result: AuditResult) -> list[str]:
     """Lines for an operator: the verdict; per table, its served version and (where it differs)
     its newest, each ok or damaged; then per partition, layer and version the counts and the
     offending offsets (a sample, with the total, when there are many)."""
-    verdict = "OK" if result["ok"] else "FAILED"
-    lines = [f"audit {result['dataset']} ({result['topic']}, {result['kind']}): {verdict}: "
-             f"{result['offsets_checked']:,} offsets checked, {result['missing']} missing, "
-             f"{result['duplicated']} duplicated, {result['unexpected']} unexpected"
-             + (f" in the served versions; the newest: {newest['missing']} missing, {newest['duplicated']} "
-                f"duplicated, {newest['unexpected']} unexpected" if (newest := result.get("newest") or {}).get("rows")
-                else "")
-             + f" (run {result['run_id']}, {result['seconds']:.1f}s)"]
-    rows = result["partitions"]
+    verdict = "OK" if result.ok else "FAILED"
+    newest = result.newest
+    lines = [f"audit {result.dataset} ({result.topic}, {result.kind}): {verdict}: "
+             f"{result.offsets_checked:,} offsets checked, {result.missing} missing, "
+             f"{result.duplicated} duplicated, {result.unexpected} unexpected"
+             + (f" in the served versions; the newest: {newest.missing} missing, {newest.duplicated} "
+                f"duplicated, {newest.unexpected} unexpected" if newest.rows else "")
+             + f" (run {result.run_id}, {result.seconds:.1f}s)"]
+    rows = result.partitions
     for layer in ("batch", "speed"):
-        served = [r for r in rows if r["layer"] == layer and r["point"] == "served"]
-        newest = [r for r in rows if r["layer"] == layer and r["point"] == "newest"]
+        served = [r for r in rows if r.layer == layer and r.point == "served"]
+        newest_rows = [r for r in rows if r.layer == layer and r.point == "newest"]
         if not served:
             continue
         r0 = served[0]
-        same = "" if newest else "; the newest versions are these"
-        lines.append(f"  {r0['table']} served version {r0['table_version']}: {_verdict(served)} "
-                     f"(with quarantine version {r0['quarantine_version']}{same})")
-        if newest:
-            verdict = _verdict(newest)
-            lines.append(f"  {newest[0]['table']} newest version {newest[0]['table_version']}: {verdict} "
-                         f"(with quarantine version {newest[0]['quarantine_version']}"
+        same = "" if newest_rows else "; the newest versions are these"
+        lines.append(f"  {r0.table} served version {r0.table_version}: {_verdict(served)} "
+                     f"(with quarantine version {r0.quarantine_version}{same})")
+        if newest_rows:
+            verdict = _verdict(newest_rows)
+            lines.append(f"  {newest_rows[0].table} newest version {newest_rows[0].table_version}: {verdict} "
+                         f"(with quarantine version {newest_rows[0].quarantine_version}"
                          + ("; not served: readers stay on the served version)" if verdict != "ok" else ")"))
     for r in rows:
-        lines.append(f"  [{r['partition']}] {r['layer']:<5} {r['point']:<6} v{r['table_version']} "
-                     f"[{r['checked_from']}, {r['checked_to']})  "
-                     f"{r['offsets_checked']} checked  {r['missing']} missing  {r['duplicated']} duplicated  "
-                     f"{r['unexpected']} unexpected")
+        lines.append(f"  [{r.partition}] {r.layer:<5} {r.point:<6} v{r.table_version} "
+                     f"[{r.checked_from}, {r.checked_to})  "
+                     f"{r.offsets_checked} checked  {r.missing} missing  {r.duplicated} duplicated  "
+                     f"{r.unexpected} unexpected")
         for kind in ("missing", "duplicated", "unexpected"):
-            if r[kind]:
-                lines.append(f"      {kind} offsets: {r['describe_' + kind]}")
-    lines += [f"  acknowledged loss: [{r['partition']}] offsets [{r['start']}, {r['end']}) "
-              f"({r['end'] - r['start']:,} offsets) accepted by {r['recorded_by']} at {r['committed_at']}: {r['reason']}"
-              for r in result.get("lost", [])]
-    lines += [f"  note: {n}" for n in result["notes"]]
+            if getattr(r, kind):
+                lines.append(f"      {kind} offsets: {getattr(r, 'describe_' + kind)}")
+    lines += [f"  acknowledged loss: [{r.partition}] offsets [{r.start}, {r.end}) "
+              f"({r.end - r.start:,} offsets) accepted by {r.recorded_by} at {r.committed_at}: {r.reason}"
+              for r in result.lost]
+    lines += [f"  note: {n}" for n in result.notes]
     return lines

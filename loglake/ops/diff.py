@@ -22,6 +22,8 @@ compared with the speed row at the same offset, which must carry the same values
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import DELETED, PROVENANCE
 from loglake.core.errors import ParamError
@@ -34,6 +36,89 @@ JOIN_KEY = tuple(c for c in PROVENANCE.names if c != "_kafka_timestamp")  # a re
 # (tombstone flag); the batch latest state drops it. No layer adds an ingestion time.
 BOOKKEEPING = tuple(DELETED.names)
 _EMPTY = "SELECT CAST(NULL AS BIGINT) AS \"_offset\" WHERE false"
+
+
+@dataclass(frozen=True)
+class OneSided:
+    """Rows one layer holds and the other lacks: how many, how many of those the other layer
+    quarantined and how many it did not, and the first offsets."""
+
+    count: int
+    quarantined: int
+    not_quarantined: int
+    sample: list[int]
+
+
+@dataclass(frozen=True)
+class ChangedValue:
+    """One offset whose column differs: the batch and the speed value, as JSON can carry them."""
+
+    offset: int
+    batch: object
+    speed: object
+
+
+@dataclass(frozen=True)
+class ChangedColumn:
+    """A column that differs: in how many rows, and the first of them."""
+
+    rows: int
+    sample: list[ChangedValue]
+
+
+@dataclass(frozen=True)
+class Changed:
+    """Rows in both layers whose values differ: how many, of how many in both (None: no
+    column was compared, so none were counted), and per differing column."""
+
+    rows: int
+    in_both: int | None
+    columns: dict[str, ChangedColumn]
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """One explained diff of a partition's offsets ``[start, end)``. A changelog has
+    ``superseded_in_batch`` instead of ``missing_in_batch`` (which is then None)."""
+
+    dataset: str
+    topic: str
+    kind: str
+    partition: int
+    start: int
+    end: int
+    missing_in_speed: OneSided
+    missing_in_batch: OneSided | None
+    changed: Changed
+    compared_columns: list[str]
+    not_compared: dict[str, list[str]]  # layer → the columns only it has
+    notes: list[str]
+    superseded_in_batch: OneSided | None = None
+
+    def to_dict(self) -> dict:
+        """The diff as JSON carries it (``loglake diff --json``, the diff task's XCom): keys
+        that do not apply are left out, a changelog's ``missing_in_batch`` comes last."""
+        d = asdict(self)
+        if self.changed.in_both is None:
+            del d["changed"]["in_both"]
+        if self.superseded_in_batch is None:
+            del d["superseded_in_batch"]
+        else:
+            d["missing_in_batch"] = d.pop("missing_in_batch")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DiffResult:
+        """Back from ``to_dict``."""
+        def side(v: dict | None) -> OneSided | None:
+            return None if v is None else OneSided(**v)
+
+        ch = d["changed"]
+        changed = Changed(ch["rows"], ch.get("in_both"), {
+            c: ChangedColumn(v["rows"], [ChangedValue(**x) for x in v["sample"]]) for c, v in ch["columns"].items()})
+        return cls(**{**d, "missing_in_speed": side(d["missing_in_speed"]),
+                      "missing_in_batch": side(d["missing_in_batch"]),
+                      "superseded_in_batch": side(d.get("superseded_in_batch")), "changed": changed})
 
 
 def check_args(partition: int, start: int, end: int, partitions: int,
@@ -70,7 +155,7 @@ def _shown(v):
 
 
 def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int, sample: int = 10,
-               names: tuple[str, str, str] = ("partition", "start", "end")) -> dict:
+               names: tuple[str, str, str] = ("partition", "start", "end")) -> DiffResult:
     """Compare batch and speed rows of ``ds`` for offsets ``[start, end)`` of ``partition``."""
     from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
@@ -93,7 +178,7 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
     }
     with_ = "WITH " + ", ".join(f"{k} AS ({v})" for k, v in ctes.items()) + " "
 
-    def one_sided(have: str, lack: str, quarantine: str) -> dict:
+    def one_sided(have: str, lack: str, quarantine: str) -> OneSided:
         sql = (f"{with_}SELECT count(*) AS n, count(q.\"_offset\") AS quarantined FROM {have} "
                f"LEFT JOIN {lack} ON {have}.\"_offset\" = {lack}.\"_offset\" "
                f"LEFT JOIN {quarantine} q ON {have}.\"_offset\" = q.\"_offset\" WHERE {lack}.\"_offset\" IS NULL")
@@ -101,8 +186,7 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
         offs = _rows(qb, f"{with_}SELECT {have}.\"_offset\" AS o FROM {have} LEFT JOIN {lack} "
                          f"ON {have}.\"_offset\" = {lack}.\"_offset\" WHERE {lack}.\"_offset\" IS NULL "
                          f"ORDER BY o LIMIT {int(sample)}")
-        return {"count": counts["n"], "quarantined": counts["quarantined"],
-                "not_quarantined": counts["n"] - counts["quarantined"], "sample": [r["o"] for r in offs]}
+        return OneSided(counts["n"], counts["quarantined"], counts["n"] - counts["quarantined"], [r["o"] for r in offs])
 
     missing_in_speed = one_sided("b", "s", "qs")
     missing_in_batch = one_sided("s", "b", "qb")
@@ -113,37 +197,36 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
         only = {"batch": [c for c in b_cols if c not in s_cols], "speed": [c for c in s_cols if c not in b_cols]}
     changed = _changed(qb, with_, compared, sample)
 
-    result = {
-        "dataset": ds.name, "topic": ds.topic, "kind": ds.kind, "partition": partition, "start": start, "end": end,
-        "missing_in_speed": missing_in_speed, "missing_in_batch": missing_in_batch, "changed": changed,
-        "compared_columns": compared, "not_compared": {k: v for k, v in only.items() if v}, "notes": [],
-    }
-    if ds.kind == "changelog":
-        result["superseded_in_batch"] = result.pop("missing_in_batch")
-        result["missing_in_batch"] = None
-        result["notes"].append("changelog: batch holds the newest row per key, so speed rows without a batch row "
-                               "are superseded or deleted keys (superseded_in_batch), not missing")
+    changelog = ds.kind == "changelog"
+    notes = []
+    if changelog:
+        notes.append("changelog: batch holds the newest row per key, so speed rows without a batch row "
+                     "are superseded or deleted keys (superseded_in_batch), not missing")
     w = batch_watermarks(config, ds).get(partition)
     if w is not None and start < w:
-        result["notes"].append(f"offsets below the batch watermark {w}: maintenance may have expired their speed "
-                               "rows, so missing-in-speed there is expected")
+        notes.append(f"offsets below the batch watermark {w}: maintenance may have expired their speed "
+                     "rows, so missing-in-speed there is expected")
     pos = group_offsets(config, ds.consumer_group, ds.topic, partitions).get(partition)
     if pos is None or end > pos:
-        result["notes"].append(f"the speed layer's position is {pos if pos is not None else 'not committed yet'}: "
-                               "offsets at or past it are not in speed yet")
+        notes.append(f"the speed layer's position is {pos if pos is not None else 'not committed yet'}: "
+                     "offsets at or past it are not in speed yet")
     if w is None or end > w:
-        result["notes"].append(f"the batch watermark is {w if w is not None else 'not set yet'}: offsets at or past it "
-                               "may not be in batch yet")
+        notes.append(f"the batch watermark is {w if w is not None else 'not set yet'}: offsets at or past it "
+                     "may not be in batch yet")
     for t, name in ((tables["b"], "batch"), (tables["s"], "speed")):
         if t is None:
-            result["notes"].append(f"{name}.{ds.name} does not exist yet")
-    return result
+            notes.append(f"{name}.{ds.name} does not exist yet")
+    return DiffResult(
+        dataset=ds.name, topic=ds.topic, kind=ds.kind, partition=partition, start=start, end=end,
+        missing_in_speed=missing_in_speed, missing_in_batch=None if changelog else missing_in_batch, changed=changed,
+        compared_columns=compared, not_compared={k: v for k, v in only.items() if v}, notes=notes,
+        superseded_in_batch=missing_in_batch if changelog else None)
 
 
-def _changed(qb, with_: str, columns: list[str], sample: int) -> dict:
+def _changed(qb, with_: str, columns: list[str], sample: int) -> Changed:
     """Rows in both layers whose values differ: total, and per column a count and a sample."""
     if not columns:
-        return {"rows": 0, "columns": {}}
+        return Changed(0, None, {})
     # Parenthesised: DataFusion binds OR tighter than IS DISTINCT FROM otherwise.
     differs = {c: f"(b.{_q(c)} IS DISTINCT FROM s.{_q(c)})" for c in columns}
     sums = ", ".join(f"sum(CASE WHEN {cond} THEN 1 ELSE 0 END) AS {_q('d_' + c)}" for c, cond in differs.items())
@@ -157,42 +240,40 @@ def _changed(qb, with_: str, columns: list[str], sample: int) -> dict:
         if n:
             rows = _rows(qb, f"{with_}SELECT b.\"_offset\" AS o, b.{_q(c)} AS bv, s.{_q(c)} AS sv {join} "
                              f"WHERE {cond} ORDER BY o LIMIT {int(sample)}")
-            out[c] = {"rows": n, "sample": [{"offset": r["o"], "batch": _shown(r["bv"]), "speed": _shown(r["sv"])}
-                                            for r in rows]}
-    return {"rows": counts["changed"] or 0, "in_both": counts["both_"], "columns": out}
+            out[c] = ChangedColumn(n, [ChangedValue(r["o"], _shown(r["bv"]), _shown(r["sv"])) for r in rows])
+    return Changed(counts["changed"] or 0, counts["both_"], out)
 
 
-def diff_plan(config: Config, ds: Dataset, plan) -> list[dict]:
+def diff_plan(config: Config, ds: Dataset, plan) -> list[DiffResult]:
     """One diff per range of ``plan`` (a ``loglake.ledger.planning.Plan``), e.g. after a batch run."""
     return [diff_range(config, ds, r.partition, r.start, r.end) for r in plan.ranges if r.size]
 
 
-def format_diff(d: dict) -> list[str]:
+def format_diff(d: DiffResult) -> list[str]:
     """Lines explaining one diff: counts, split by quarantine, and per changed column a sample."""
-    head = f"diff {d['dataset']} ({d['topic']}) [{d['partition']}] [{d['start']}, {d['end']})"
-    same = (not d["missing_in_speed"]["count"] and not (d["missing_in_batch"] or {}).get("count")
-            and not d["changed"]["rows"])
+    head = f"diff {d.dataset} ({d.topic}) [{d.partition}] [{d.start}, {d.end})"
+    same = not d.missing_in_speed.count and not (d.missing_in_batch and d.missing_in_batch.count) and not d.changed.rows
     lines = [f"{head}: {'batch and speed agree' if same else 'differences'}"]
 
-    def side(label: str, v: dict, other: str) -> None:
-        lines.append(f"  {label}: {v['count']} ({v['quarantined']} quarantined by {other}, "
-                     f"{v['not_quarantined']} not)" + (f"; offsets {_list(v['sample'], v['count'])}" if v["count"] else ""))
+    def side(label: str, v: OneSided, other: str) -> None:
+        lines.append(f"  {label}: {v.count} ({v.quarantined} quarantined by {other}, "
+                     f"{v.not_quarantined} not)" + (f"; offsets {_list(v.sample, v.count)}" if v.count else ""))
 
-    side("missing in speed", d["missing_in_speed"], "speed")
-    if d["missing_in_batch"] is not None:
-        side("missing in batch", d["missing_in_batch"], "batch")
+    side("missing in speed", d.missing_in_speed, "speed")
+    if d.missing_in_batch is not None:
+        side("missing in batch", d.missing_in_batch, "batch")
     else:
-        side("superseded in batch", d["superseded_in_batch"], "batch")
-    ch = d["changed"]
-    lines.append(f"  changed rows: {ch['rows']} of {ch.get('in_both', 0)} in both layers "
-                 f"(compared: {', '.join(d['compared_columns']) or 'nothing'})")
-    for col, v in ch["columns"].items():
-        lines.append(f"    {col}: {v['rows']} row(s) differ")
-        for s in v["sample"]:
-            lines.append(f"      offset {s['offset']}: batch {s['batch']!r}  speed {s['speed']!r}")
-    for layer, cols in d["not_compared"].items():
+        side("superseded in batch", d.superseded_in_batch, "batch")
+    ch = d.changed
+    lines.append(f"  changed rows: {ch.rows} of {ch.in_both or 0} in both layers "
+                 f"(compared: {', '.join(d.compared_columns) or 'nothing'})")
+    for col, v in ch.columns.items():
+        lines.append(f"    {col}: {v.rows} row(s) differ")
+        for x in v.sample:
+            lines.append(f"      offset {x.offset}: batch {x.batch!r}  speed {x.speed!r}")
+    for layer, cols in d.not_compared.items():
         lines.append(f"  not compared (only in {layer}): {', '.join(cols)}")
-    lines += [f"  note: {n}" for n in d["notes"]]
+    lines += [f"  note: {n}" for n in d.notes]
     return lines
 
 

@@ -32,7 +32,7 @@ def diff_after_batch(args: list[str]) -> list[dict]:
     diffs = diff_plan(hook.config, hook.dataset(request.dataset), request.plan)
     for d in diffs:
         log.info("%s", "\n".join(format_diff(d)))
-    return diffs
+    return [d.to_dict() for d in diffs]
 
 
 @loglake_errors
@@ -50,6 +50,6 @@ def audit(args: list[str]) -> dict:
     result = audit_dataset(hook.config, hook.dataset(request.dataset), request.run_id)
     lines = format_audit(result)
     log.info("%s", "\n".join(lines))
-    if not result["ok"]:
+    if not result.ok:
         raise AirflowFailException("\n".join(lines))
-    return {k: v for k, v in result.items() if k != "partitions"}
+    return {k: v for k, v in result.to_dict().items() if k != "partitions"}

@@ -42,7 +42,7 @@ def serve_current(spark, config, ds) -> None:
 
 
 def part_row(result, partition, layer):
-    return next(r for r in result["partitions"] if r["partition"] == partition and r["layer"] == layer)
+    return next(r for r in result.partitions if r.partition == partition and r.layer == layer)
 
 
 def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_config):
@@ -51,12 +51,12 @@ def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_co
     res = produce(config, ds, 1200, bad_fraction=0.05, seed=61)
     build_half(spark, config, ds)
     result = audit_dataset(config, ds, run_id="clean")
-    assert result["ok"], "\n".join(format_audit(result))
-    assert (result["missing"], result["duplicated"], result["unexpected"]) == (0, 0, 0)
+    assert result.ok, "\n".join(format_audit(result))
+    assert (result.missing, result.duplicated, result.unexpected) == (0, 0, 0)
     assert result["offsets_checked"] == res.records
     # Both parts did work: batch below the watermark, speed above it.
-    assert sum(r["offsets_checked"] for r in result["partitions"] if r["layer"] == "batch") > 0
-    assert sum(r["offsets_checked"] for r in result["partitions"] if r["layer"] == "speed") > 0
+    assert sum(r.offsets_checked for r in result.partitions if r.layer == "batch") > 0
+    assert sum(r.offsets_checked for r in result.partitions if r.layer == "speed") > 0
     # One stored row per partition and layer, read back through the record-table contract.
     stored = last_audit(config, ds)
     assert stored["run_id"] == "clean" and stored["ok"] and stored["offsets_checked"] == res.records
@@ -79,16 +79,16 @@ def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
     DeltaTable.forPath(spark, batch_path).delete(f"_partition = {p} AND _offset = {gap}")
     # Not served yet: readers see the published rows, the newest version is damaged.
     unserved = audit_dataset(config, ds, record=False)
-    assert not unserved["ok"] and (unserved["missing"], unserved["duplicated"]) == (0, 0)
-    assert (unserved["newest"]["missing"], unserved["newest"]["duplicated"]) == (1, 1)
+    assert not unserved.ok and (unserved.missing, unserved.duplicated) == (0, 0)
+    assert (unserved.newest.missing, unserved.newest.duplicated) == (1, 1)
     serve_current(spark, config, ds)
 
     result = audit_dataset(config, ds, run_id="broken")
-    assert not result["ok"]
-    assert (result["missing"], result["duplicated"], result["unexpected"]) == (1, 1, 0)
+    assert not result.ok
+    assert (result.missing, result.duplicated, result.unexpected) == (1, 1, 0)
     row = part_row(result, p, "batch")
-    assert row["sample_missing"] == [gap] and row["sample_duplicated"] == [dup]
-    assert all(r["ok"] for r in result["partitions"] if (r["partition"], r["layer"]) != (p, "batch"))
+    assert row.sample_missing == [gap] and row.sample_duplicated == [dup]
+    assert all(r.ok for r in result.partitions if (r.partition, r.layer) != (p, "batch"))
 
     cli = loglake(config, "audit", "job_views", "--no-record")
     assert cli.returncode == 1, cli.stdout + cli.stderr
@@ -122,8 +122,8 @@ def test_non_contiguous_offsets_are_read_from_the_log(spark, make_config):
     assert span > len(records)  # the markers take offsets
     build_half(spark, config, ds)
     result = audit_dataset(config, ds, record=False)
-    assert result["ok"], "\n".join(format_audit(result))
-    assert result["offsets_checked"] == len(records) - 50  # one transaction of 50 aborted
+    assert result.ok, "\n".join(format_audit(result))
+    assert result.offsets_checked == len(records) - 50  # one transaction of 50 aborted
 
 
 def test_changelog_audit_accounts_for_every_offset(spark, make_config):
@@ -138,10 +138,10 @@ def test_changelog_audit_accounts_for_every_offset(spark, make_config):
     more = produce(config, ds, 200, bad_fraction=0.05, seed=65)
     run_speed(spark, config, ds, available_now=True)
     result = audit_dataset(config, ds, record=False)
-    assert result["ok"], "\n".join(format_audit(result))
+    assert result.ok, "\n".join(format_audit(result))
     # Batch accounts for the first 800 offsets by key, speed for the 200 after the watermark.
-    by_layer = {layer: sum(r["offsets_checked"] for r in result["partitions"]
-                           if r["layer"] == layer and r["point"] == "served") for layer in ("batch", "speed")}
+    by_layer = {layer: sum(r.offsets_checked for r in result.partitions
+                           if r.layer == layer and r.point == "served") for layer in ("batch", "speed")}
     assert by_layer == {"batch": res.records, "speed": more.records}
 
     # Lose one key's latest row: its newest offset is reported missing.
@@ -152,5 +152,5 @@ def test_changelog_audit_accounts_for_every_offset(spark, make_config):
     serve_current(spark, config, ds)
     result = audit_dataset(config, ds, record=False)
     row = part_row(result, victim["p"], "batch")
-    assert (row["missing"], row["duplicated"], row["unexpected"]) == (1, 0, 0)
-    assert row["sample_missing"] == [victim["o"]]
+    assert (row.missing, row.duplicated, row.unexpected) == (1, 0, 0)
+    assert row.sample_missing == [victim["o"]]

@@ -7,7 +7,7 @@ import json
 import pytest
 from delta.tables import DeltaTable
 
-from loglake.ops.diff import diff_plan, diff_range, format_diff
+from loglake.ops.diff import ChangedValue, diff_plan, diff_range, format_diff
 from loglake.core.errors import ParamError
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
@@ -33,11 +33,11 @@ def test_diff_explains_a_changed_row_and_missing_rows(spark, make_config):
     p, end = rows[0]["p"], next(r.end for r in plan.ranges if r.partition == rows[0]["p"])
 
     clean = diff_range(config, ds, p, 0, end)
-    assert clean["missing_in_speed"]["count"] == clean["missing_in_batch"]["count"] == clean["changed"]["rows"] == 0
-    assert clean["changed"]["in_both"] > 0 and {"duration_ms", "view_date", "_kafka_timestamp"} <= set(
-        clean["compared_columns"])
-    assert any("below the batch watermark" in n for n in clean["notes"])
-    assert all(d["changed"]["rows"] == 0 for d in diff_plan(config, ds, plan))
+    assert clean.missing_in_speed.count == clean.missing_in_batch.count == clean.changed.rows == 0
+    assert clean.changed.in_both > 0 and {"duration_ms", "view_date", "_kafka_timestamp"} <= set(
+        clean.compared_columns)
+    assert any("below the batch watermark" in n for n in clean.notes)
+    assert all(d.changed.rows == 0 for d in diff_plan(config, ds, plan))
 
     changed, gone_batch, gone_speed = (r["o"] for r in rows)
     DeltaTable.forPath(spark, batch_path).update(f"_partition = {p} AND _offset = {changed}",
@@ -46,13 +46,13 @@ def test_diff_explains_a_changed_row_and_missing_rows(spark, make_config):
     DeltaTable.forPath(spark, speed_path).delete(f"_partition = {p} AND _offset = {gone_speed}")
 
     d = diff_range(config, ds, p, 0, end)
-    assert d["changed"]["rows"] == 1 and list(d["changed"]["columns"]) == ["duration_ms"]
-    assert d["changed"]["columns"]["duration_ms"]["sample"] == [
-        {"offset": changed, "batch": rows[0]["duration_ms"] + 1, "speed": rows[0]["duration_ms"]}]
-    assert (d["missing_in_batch"]["count"], d["missing_in_batch"]["quarantined"]) == (1, 0)
-    assert d["missing_in_batch"]["sample"] == [gone_batch]
-    assert (d["missing_in_speed"]["count"], d["missing_in_speed"]["quarantined"]) == (1, 0)
-    assert d["missing_in_speed"]["sample"] == [gone_speed]
+    assert d.changed.rows == 1 and list(d.changed.columns) == ["duration_ms"]
+    assert d.changed.columns["duration_ms"].sample == [
+        ChangedValue(changed, rows[0]["duration_ms"] + 1, rows[0]["duration_ms"])]
+    assert (d.missing_in_batch.count, d.missing_in_batch.quarantined) == (1, 0)
+    assert d.missing_in_batch.sample == [gone_batch]
+    assert (d.missing_in_speed.count, d.missing_in_speed.quarantined) == (1, 0)
+    assert d.missing_in_speed.sample == [gone_speed]
     text = "\n".join(format_diff(d))
     assert "duration_ms: 1 row(s) differ" in text and f"offset {changed}:" in text
 
@@ -87,8 +87,8 @@ def test_changelog_diff_counts_superseded_rows_not_missing(spark, make_config):
                                                                 'GROUP BY p ORDER BY n DESC LIMIT 1')[0]
     end = res.by_partition[latest["p"]]
     d = diff_range(config, ds, latest["p"], 0, end)
-    assert d["missing_in_batch"] is None
-    assert d["missing_in_speed"]["count"] == 0 and d["changed"]["rows"] == 0
-    assert d["changed"]["in_both"] == latest["n"]
-    assert d["superseded_in_batch"]["count"] == end - latest["n"]
-    assert "_deleted" not in d["compared_columns"]
+    assert d.missing_in_batch is None
+    assert d.missing_in_speed.count == 0 and d.changed.rows == 0
+    assert d.changed.in_both == latest["n"]
+    assert d.superseded_in_batch.count == end - latest["n"]
+    assert "_deleted" not in d.compared_columns

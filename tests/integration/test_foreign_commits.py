@@ -50,13 +50,13 @@ def test_the_audit_names_a_damaged_newest_version_and_the_served_one_ok(spark, m
 
     result = audit_dataset(config, ds, run_id="foreign")
     text = "\n".join(format_audit(result))
-    assert not result["ok"], text
+    assert not result.ok, text
     # What readers are served is whole; the newest version holds the copy.
-    served_rows = [r for r in result["partitions"] if r["point"] == "served"]
-    newest_rows = [r for r in result["partitions"] if r["point"] == "newest"]
-    assert all(r["ok"] for r in served_rows) and sum(r["offsets_checked"] for r in served_rows) == res.records
-    bad = [r for r in newest_rows if not r["ok"]]
-    assert [(r["partition"], r["layer"], r["table_version"], r["sample_duplicated"]) for r in bad] == [
+    served_rows = [r for r in result.partitions if r.point == "served"]
+    newest_rows = [r for r in result.partitions if r.point == "newest"]
+    assert all(r.ok for r in served_rows) and sum(r.offsets_checked for r in served_rows) == res.records
+    bad = [r for r in newest_rows if not r.ok]
+    assert [(r.partition, r.layer, r.table_version, r.sample_duplicated) for r in bad] == [
         (p, "batch", served_version + 1, [offset])]
     assert f"{ds.tables.batch} served version {served_version}: ok" in text
     assert f"{ds.tables.batch} newest version {served_version + 1}: 1 duplicated" in text
@@ -97,7 +97,7 @@ def test_a_publish_refuses_a_commit_loglake_did_not_make_and_a_rebuild_repairs(s
     recompute_and_publish(spark, config, ds, plan_batch(config, ds), "third")
     rows = served(spark, config)
     assert len(rows) == 1300 and len(set(rows)) == 1300
-    assert audit_dataset(config, ds, record=False)["ok"]
+    assert audit_dataset(config, ds, record=False).ok
 
 
 def test_a_restore_to_a_checked_version_undoes_the_commits_before_it(tmp_path):

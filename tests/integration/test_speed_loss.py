@@ -54,7 +54,7 @@ def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_aft
     after_cut = [x for x in rows if x[1] >= cut[x[0]]]
     assert len(after_cut) == len(set(after_cut)) and set(after_cut) == retained
     audit = audit_dataset(config, ds, record=False)
-    assert audit["ok"], "\n".join(format_audit(audit))
+    assert audit.ok, "\n".join(format_audit(audit))
     served = loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
     assert served.returncode == 0, served.stderr
     n_quarantined = len({x for x in quarantine.select("_partition", "_offset").collect() if x[1] >= cut[x[0]]})

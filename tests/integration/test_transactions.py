@@ -92,11 +92,11 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
     assert batch_watermarks(config, ds) == ends
     assert group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends
     audit = audit_dataset(config, ds, record=False)
-    assert audit["ok"], "\n".join(format_audit(audit))
-    assert audit["offsets_checked"] == len(committed)
+    assert audit.ok, "\n".join(format_audit(audit))
+    assert audit.offsets_checked == len(committed)
     for p, (lo, hi) in log_bounds(config, ds.topic).items():
         d = diff_range(config, ds, p, lo, hi)
-        assert (d["missing_in_speed"]["count"], d["missing_in_batch"]["count"], d["changed"]["rows"]) == (0, 0, 0)
+        assert (d.missing_in_speed.count, d.missing_in_batch.count, d.changed.rows) == (0, 0, 0)
     status = dataset_status(config, ds)
     assert [(s.speed_lag, s.batch_lag) for s in status.partitions] == [(0, 0)] * ds.partitions
 

@@ -141,7 +141,7 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     end0 = log_bounds(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
     from loglake.ops.audit import audit_dataset
-    assert audit_dataset(config, ds, "ui-audit")["ok"]
+    assert audit_dataset(config, ds, "ui-audit").ok
     produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
     # From here on nothing writes: offsets, watermarks and versions stay as read.
     expected = {d.name: dataset_status(config, d) for d in config.datasets.values()}
