@@ -9,7 +9,7 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    (``RECORD_BYTES`` = 100 B asked; the typed fields alone make a ~170 B JSON value, no
    padding): 5M × 1 KB would be 5 GB of log and far more minutes than the bench has.
 2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.ledger.planning.Plan``).
-   Recompute = the real batch layer, ``spark_jobs.batch.run_batch``: read exactly those
+   Recompute = the real batch layer, ``spark_jobs.recompute.run_batch``: read exactly those
    offsets, parse/validate/transform, replace them in ``batch.bench_events`` and in the
    batch part of ``quarantine.bench_events`` (``replaceWhere``), append the ledger. Running
    the same range again replaces it again (the batch layer is repeatable), so every run is
@@ -212,7 +212,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     from loglake.ledger.planning import Plan
     from loglake.ledger.ranges import ledger_rows
     from loglake.ledger.tables import snapshot
-    from spark_jobs.batch import run_batch
+    from spark_jobs.recompute import run_batch
     from spark_jobs.kafka_source import read_ranges
 
     started = time.monotonic()
@@ -251,7 +251,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     _small, small_s, _ = _timed(pid, lambda: run_batch(spark, config, ds, small_plan, "p4-probe-small"))
     _n, small_bare_s, _ = _timed(pid, lambda: bare(small_plan.ranges))
     h.log(f"P4: warm-up on {warm_plan.offsets:,} records: bare read+count {warm_bare_s:.1f}s, recompute "
-          f"{warm_s:.1f}s ({warm['records']:,} + {warm['quarantined']:,} quarantined); warm probe: recompute "
+          f"{warm_s:.1f}s ({warm.records:,} + {warm.quarantined:,} quarantined); warm probe: recompute "
           f"{probe_s:.1f}s, bare {probe_bare_s:.1f}s")
 
     # -- the measured range: the issue's count, unless the runs would not fit the budget ------
@@ -291,10 +291,10 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         seen = _stage_ids(spark)
         summary, s2, cpu2 = _timed(pid, lambda: run_batch(spark, config, ds, plan, f"p4-run-{i + 1}"))
         stages = [st for st in _stages(spark) if st["stage"] not in seen]
-        batch_runs.append({"seconds": round(s2, 3), "run_batch_seconds": summary["seconds"],
-                           "jvm_cpu_s": round(cpu2, 1), "records": summary["records"],
-                           "quarantined": summary["quarantined"],
-                           "records_per_s": round((summary["records"] + summary["quarantined"]) / s2)})
+        batch_runs.append({"seconds": round(s2, 3), "run_batch_seconds": summary.seconds,
+                           "jvm_cpu_s": round(cpu2, 1), "records": summary.records,
+                           "quarantined": summary.quarantined,
+                           "records_per_s": round((summary.records + summary.quarantined) / s2)})
         h.log(f"P4: run {i + 1}/{h.repeats}: bare read+count {s:.1f}s ({n / s:,.0f}/s, JVM CPU {cpu:.0f}s); "
               f"recompute {s2:.1f}s ({batch_runs[-1]['records_per_s']:,}/s, JVM CPU {cpu2:.0f}s)")
 
@@ -356,7 +356,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         "recompute": {"records_per_s": batch_rps, "seconds_median": median([r["seconds"] for r in batch_runs]),
                       "warmup_seconds": round(warm_s, 1), "records": last["records"],
                       "quarantined": last["quarantined"],
-                      "what": "spark_jobs.batch.run_batch(whole range): replaceWhere batch + quarantine, ledger"},
+                      "what": "spark_jobs.recompute.run_batch(whole range): replaceWhere batch + quarantine, ledger"},
         # The same ratio per JVM CPU second (less sensitive to other processes on the cores).
         "ratio_by_jvm_cpu": round(median([r["jvm_cpu_s"] for r in bare_runs])
                                   / max(1e-9, median([r["jvm_cpu_s"] for r in batch_runs])), 3),

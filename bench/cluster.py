@@ -79,11 +79,11 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
         t0 = time.monotonic()
         with _PeakPss(memory) if memory else nullcontext() as sampler:
             outcome = SpeedStream(run_config, run_config.dataset(workload.DATASET)).run_available_now()
-        if not outcome.ok or outcome.summary.get("records") != records:
-            raise RuntimeError(f"{name} speed run {i}: {outcome.summary} (log {outcome.log})")
+        if not outcome.ok or outcome.summary.records != records:
+            raise RuntimeError(f"{name} speed run {i}: {outcome.summary or outcome.failure} (log {outcome.log})")
         s = outcome.summary
-        run = {"records_per_second": s["records_per_second"], "records": s["records"], "batches": s["batches"],
-               "processing_seconds": s["processing_seconds"], "wall_seconds": round(time.monotonic() - t0, 1),
+        run = {"records_per_second": s.records_per_second, "records": s.records, "batches": s.batches,
+               "processing_seconds": s.processing_seconds, "wall_seconds": round(time.monotonic() - t0, 1),
                "produce_seconds": round(produced, 1)}
         if sampler:
             run["cluster_peak_pss_bytes"] = sampler.peak

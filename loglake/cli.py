@@ -17,9 +17,10 @@ import time
 from datetime import datetime, timezone
 
 from loglake.core.config import Config, Dataset, load_config
-from loglake.core.errors import JobError, LoglakeError, ParamError
-from loglake.jobs.launch import run_job
+from loglake.core.errors import LoglakeError, ParamError
+from loglake.jobs.launch import JobOutcome, run_job
 from loglake.jobs.protocol import JobRequest
+from loglake.jobs.summaries import JobSummary
 from loglake.kafka.admin import list_topics, log_bounds
 from loglake.ledger.history import format_history, table_history
 from loglake.ledger.leases import writer
@@ -128,10 +129,10 @@ def cmd_speed(config: Config, args) -> int:
             raise LoglakeError("speed run needs a DATASET")
         ds = config.dataset(args.dataset)
         t0 = time.monotonic()
-        summary = _succeeded("speed", ds, SpeedStream(config, ds).run_available_now())
-        print(f"speed {ds.name}: {summary.get('records', 0)} records in {summary.get('batches', 0)} "
-              f"micro-batch(es), {summary.get('processing_seconds', 0):.1f}s processing "
-              f"({summary.get('records_per_second') or 0:,} records/s), "
+        summary = _succeeded(ds, SpeedStream(config, ds).run_available_now())
+        print(f"speed {ds.name}: {summary.records} records in {summary.batches} "
+              f"micro-batch(es), {summary.processing_seconds:.1f}s processing "
+              f"({summary.records_per_second or 0:,} records/s), "
               f"{time.monotonic() - t0:.1f}s with JVM start")
         _print_tables(config, ds)
         return 0
@@ -164,10 +165,10 @@ def _print_tables(config: Config, ds: Dataset) -> None:
         print(f"  {line}")
 
 
-def _succeeded(job: str, ds: Dataset, outcome) -> dict:
+def _succeeded(ds: Dataset, outcome: JobOutcome) -> JobSummary:
     """The summary of a job run that succeeded; a ``JobError`` (with the log's path) otherwise."""
     if not outcome.ok:
-        raise JobError(job, ds.name, outcome.code, outcome.summary, str(outcome.log))
+        raise outcome.error(ds.name)
     return outcome.summary
 
 
@@ -194,12 +195,12 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     # Write, validate, publish under one lease: no other writer of the dataset in between.
     with writer(config, ds.name, plan.kind, run_id):
         t0 = time.monotonic()
-        summary = _succeeded("batch", ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
-        rate = summary.get("records_per_second")
-        print(f"{plan.kind} {ds.name}: {summary['records']} rows to {ds.tables.batch}, {summary['quarantined']} to "
-              f"{ds.tables.quarantine}, {summary['ranges']} range(s) in {summary['seconds']:.1f}s "
+        summary = _succeeded(ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
+        rate = summary.records_per_second
+        print(f"{plan.kind} {ds.name}: {summary.records} rows to {ds.tables.batch}, {summary.quarantined} to "
+              f"{ds.tables.quarantine}, {summary.ranges} range(s) in {summary.seconds:.1f}s "
               f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s in all "
-              f"({'in the shared Spark application' if summary.get('shared_application') else 'with JVM start'}); "
+              f"({'in the shared Spark application' if summary.shared_application else 'with JVM start'}); "
               f"run {run_id}")
         quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
     code = print_quality(ds, quality)
@@ -207,18 +208,18 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     return code
 
 
-def print_quality(ds: Dataset, outcome) -> int:
+def print_quality(ds: Dataset, outcome: JobOutcome) -> int:
     """Print the quality job's outcome; its exit code (non-zero: not published)."""
-    summary = outcome.summary or {}
     if not outcome.ok:
-        said = summary.get("error") or f"exit code {outcome.code}"
+        said = outcome.failure.error if outcome.failure else f"exit code {outcome.code}"
         print(f"quality {ds.name}: NOT published (the watermark stays): {said} (log: {outcome.log})",
               file=sys.stderr)
         return outcome.code or 1
-    warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected, e.g. offsets "
-                       f"{w['sample_offsets']}" for w in summary.get("warned", []))
-    print(f"quality {ds.name}: {summary['expectations']} expectation(s) on {summary['rows']} rows passed; "
-          f"published in {summary['seconds']:.1f}s" + (f"; warnings: {warned}" if warned else ""))
+    summary = outcome.summary
+    warned = "; ".join(f"{w.expectation}({w.column}) {w.unexpected_count} unexpected, e.g. offsets "
+                       f"{w.sample_offsets}" for w in summary.warned)
+    print(f"quality {ds.name}: {summary.expectations} expectation(s) on {summary.rows} rows passed; "
+          f"published in {summary.seconds:.1f}s" + (f"; warnings: {warned}" if warned else ""))
     return 0
 
 
@@ -321,15 +322,15 @@ def cmd_maintain(config: Config, args) -> int:
         t0 = time.monotonic()
         outcome = run_job(config, JobRequest("maintenance", ds.name, run_id=run_id))
         if not outcome.ok:
-            print(f"loglake: error: {JobError('maintenance', ds.name, outcome.code, outcome.summary, str(outcome.log))}",
+            print(f"loglake: error: {outcome.error(ds.name)}",
                   file=sys.stderr)
             failed = failed or outcome.code or 1
             continue
         summary = outcome.summary
-        print(f"maintain {ds.name}: {summary['tables']} table(s), {summary['rows_expired']} speed row(s) expired, "
-              f"VACUUM retention {summary['vacuum_retention_hours']:g} h, {summary['seconds']:.1f}s in Spark; "
+        print(f"maintain {ds.name}: {summary.tables} table(s), {summary.rows_expired} speed row(s) expired, "
+              f"VACUUM retention {summary.vacuum_retention_hours:g} h, {summary.seconds:.1f}s in Spark; "
               f"{time.monotonic() - t0:.1f}s with JVM start; run {run_id}")
-        print("\n".join(format_log_rows(summary["operations"])))
+        print("\n".join(format_log_rows(summary.operations)))
     return failed
 
 
@@ -351,7 +352,7 @@ def cmd_audit(config: Config, args) -> int:
         raise LoglakeError(f"--sample must be >= 0, found {args.sample}")
     result = audit_dataset(config, ds, sample=args.sample, record=not args.no_record)
     print("\n".join(format_audit(result)))
-    return 0 if result["ok"] else 1
+    return 0 if result.ok else 1
 
 
 def cmd_accept_loss(config: Config, args) -> int:
@@ -407,7 +408,7 @@ def cmd_diff(config: Config, args) -> int:
         raise LoglakeError(f"--sample must be >= 0, found {args.sample}")
     d = diff_range(config, ds, args.partition, args.start, args.end, args.sample,
                    names=("--partition", "--from", "--to"))
-    print(json.dumps(d, default=str) if args.json else "\n".join(format_diff(d)))
+    print(json.dumps(d.to_dict(), default=str) if args.json else "\n".join(format_diff(d)))
     return 0
 
 

@@ -250,8 +250,8 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     for attempt in ("r6-a", "r6-b"):
         t0 = time.monotonic()
         summary = recompute_and_publish(spark, config, ds, plan, attempt)
-        if not summary["quality"].get("published"):
-            out.notes.append(f"{attempt} was not published: {summary['quality']}")
+        if not summary.quality.published:
+            out.notes.append(f"{attempt} was not published: {summary.quality.to_dict()}")
         out.recovery_seconds.append(round(time.monotonic() - t0, 1))
         contents.append(_batch_content(config, ds))
     if contents[0] != contents[1]:
@@ -401,10 +401,10 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     finally:
         stream.stop()
     result = audit_dataset(config, ds)
-    expect(result["ok"], "audit: " + " | ".join(format_audit(result)))
-    out.lost, out.duplicated = result["missing"] + result["unexpected"], result["duplicated"]
-    expect({(x["partition"], x["start"], x["end"]) for x in result["lost"]} == {
-        (x.partition, x.start, x.end) for x in losses}, f"the audit reports the losses as {result['lost']}")
+    expect(result.ok, "audit: " + " | ".join(format_audit(result)))
+    out.lost, out.duplicated = result.missing + result.unexpected, result.duplicated
+    expect({(x.partition, x.start, x.end) for x in result.lost} == {
+        (x.partition, x.start, x.end) for x in losses}, f"the audit reports the losses as {result.lost}")
     expect("acknowledged loss" in "\n".join(format_audit(result)), "the audit does not report the loss")
     lines = "\n".join(format_status(ds, dataset_status(config, ds)))
     expect(f"accepted loss: [{first_p}] offsets [{losses[0].start}, {losses[0].end})" in lines

@@ -22,19 +22,17 @@ from typing import Callable, ContextManager, Sequence, TypeVar
 # which ``retry_conflicts`` would not retry and ``loglake.core.errors`` would not call transient.
 import delta.exceptions.captured  # noqa: F401  (installs the translation)
 from delta.exceptions import (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
+    ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
+    ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
+    MetadataChangedException, ProtocolChangedException
 )
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
 from loglake.core.retrying import attempts_made
+from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY, stream_batch
+from loglake.ledger.tables import open_table
 from loglake.serving.spark import table_exists  # one definition; the jobs call it as delta_io.table_exists
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -85,15 +83,11 @@ def committed_version(path: str, app_id: str) -> int | None:
     """The newest version that ``app_id`` committed to the table at ``path`` (None if none, or
     no table yet): its commits' metadata or its SetTransaction, read from the Delta log (all of
     it, if need be) without a Spark job."""
-    from loglake.ledger.snapshots import stream_batch
-
     return stream_batch(path, app_id)
 
 
 def stream_metadata(app_id: str, version: int, metadata: dict | None = None) -> dict:
     """A stream commit's ``userMetadata``: ``metadata`` and which (app id, version) it is."""
-    from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY
-
     return {**(metadata or {}), STREAM_KEY: app_id, BATCH_KEY: version}
 
 
@@ -134,8 +128,6 @@ def delete_rows(spark: SparkSession, path: str, predicate: str,
                 pause: Callable[[], ContextManager] | None = None) -> int:
     """DELETE the rows matching ``predicate`` (none: no commit at all) inside ``pause``,
     retried on conflicts (see ``replace_rows``); returns the attempts made."""
-    from delta.tables import DeltaTable
-
     if not _holds(spark, path, predicate):
         return 0
     with (pause or nullcontext)(), named(spark, "delete rows"):
@@ -149,8 +141,6 @@ def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str],
     nullable columns (``ALTER TABLE ... ADD COLUMNS``): rows written before read them as
     null. A column it has already is left as it is (a type that differs is refused earlier,
     at config load: ``loglake.ledger.schemas``). Returns the columns added; no table: none."""
-    from loglake.ledger.tables import open_table
-
     table = open_table(path)
     if table is None:
         return []
@@ -289,8 +279,6 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
     ``append_idempotent``'s; applying a batch again changes nothing either way: its changes are
     not newer than themselves). ``stats``: ``to_delta``'s, when this creates the table.
     """
-    from delta.tables import DeltaTable
-
     state_cols = [c for c in changes.columns if c != "_deleted"]
     if not table_exists(spark, path):
         create_if_missing(changes.select(*state_cols), path, stats)

@@ -13,13 +13,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Callable
 
+import psutil
+
 from loglake.core.config import Config, Dataset, load_config
-from loglake.core.errors import ConfigError, KafkaAuthenticationError, LoglakeError
+from loglake.core.errors import ConfigError, JobFailure, KafkaAuthenticationError, LoglakeError
 from loglake.jobs import registry
-from loglake.jobs.protocol import JobRequest, failure, report, summary_file_of
+from loglake.jobs.protocol import JobRequest, report, summary_file_of
+from loglake.jobs.session import get_spark
+from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
 
@@ -28,7 +34,7 @@ from loglake.ledger.schemas import check as check_schema
 WRITERS = registry.writers()
 
 
-def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
+def run(job: str, argv: list[str] | None, body: Callable[..., JobSummary]) -> int:
     """The job under spark-submit: its own Spark session, stopped at the end; exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     summary_file = summary_file_of(argv)
@@ -38,20 +44,20 @@ def run(job: str, argv: list[str] | None, body: Callable[..., dict]) -> int:
         return 0
     except LoglakeError as e:
         print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        report(failure(e), summary_file)
+        report(JobFailure.of(e), summary_file)
         return 2
     except Exception as e:
         known = known_jvm_error(e)
         if known is not None:
             print(f"{type(known).__name__}: {known}", file=sys.stderr, flush=True)
-            report(failure(known), summary_file)
+            report(JobFailure.of(known), summary_file)
             return 2
-        report(failure(e), summary_file)
+        report(JobFailure.of(e), summary_file)
         raise
 
 
-def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, inherited: str | None = None,
-            export: bool = True, cancel: threading.Event | None = None) -> dict:
+def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session, *, inherited: str | None = None,
+            export: bool = True, cancel: threading.Event | None = None) -> JobSummary:
     """Parse the request, load the configuration, check the schema and, under the dataset's
     lease for a writer, run ``body`` in the Spark session ``session(config, name)`` gives
     (a context manager yielding ``(spark, start_seconds, shared)``). The summary says how
@@ -70,19 +76,13 @@ def execute(job: str, argv: list[str], body: Callable[..., dict], session, *, in
     with lease:
         with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
             summary = body(spark, config, ds, request)
-    return {**summary, "start_seconds": round(start_seconds, 3), "shared_application": shared}
+    return replace(summary, start_seconds=round(start_seconds, 3), shared_application=shared)
 
 
 @contextmanager
 def own_session(config: Config, name: str):
     """This process's Spark session (a JVM of its own), stopped after the block; its start
     counted from spark-submit's (this process's parent's) start."""
-    import time
-
-    import psutil
-
-    from loglake.jobs.session import get_spark
-
     try:
         since = psutil.Process(os.getppid()).create_time() if os.environ.get("LOGLAKE_UNDER_SPARK_SUBMIT") else None
     except psutil.Error:

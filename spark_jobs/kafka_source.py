@@ -7,8 +7,8 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 
 from loglake.core.config import Config
-from loglake.kafka.admin import log_bounds
 from loglake.core.offsets import OffsetRange
+from loglake.kafka.admin import log_bounds
 from loglake.ledger.planning import validate_ranges
 
 

@@ -28,18 +28,21 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Callable
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from loglake.core.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
 from loglake.core.contracts import MAINTENANCE_LOG
-from loglake.jobs.protocol import JobRequest
-from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.leases import appends_paused
-from loglake.maintenance.runs import EXPIRED_LAYERS
-from loglake.ledger.tables import Snapshot, TableRef, dataset_tables, snapshot
-from spark_jobs import delta_io, entry
 from loglake.core.predicates import below_watermark
+from loglake.jobs.protocol import JobRequest
+from loglake.jobs.summaries import MaintenanceSummary
+from loglake.ledger.leases import appends_paused
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.tables import Snapshot, TableRef, dataset_tables, snapshot
+from loglake.maintenance.runs import EXPIRED_LAYERS
+from spark_jobs import delta_io, entry
 from spark_jobs.system_tables import append, append_ledger, serving_versions
+
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
@@ -124,8 +127,6 @@ def expire(spark: SparkSession, t: TableRef, marks: dict[int, int]) -> dict:
 
 def optimize(spark: SparkSession, t: TableRef, zorder_by: list[str]) -> dict:
     """Bin-packing compaction, or Z-order when the table has every ``zorder_by`` column."""
-    from delta.tables import DeltaTable
-
     columns = set(spark.read.format("delta").load(t.path).columns)
     zorder = list(zorder_by) if zorder_by and set(zorder_by) <= columns else []
 
@@ -139,8 +140,6 @@ def optimize(spark: SparkSession, t: TableRef, zorder_by: list[str]) -> dict:
 def vacuum(spark: SparkSession, config: Config, t: TableRef, policy: Maintenance) -> dict:
     """VACUUM with the dataset's retention; Delta's own guard is lifted only for a retention
     the config lowered explicitly (``allow_short_vacuum_retention``), and only for this call."""
-    from delta.tables import DeltaTable
-
     hours = policy.vacuum_retention_hours
     settings = {"spark.databricks.delta.vacuum.logging.enabled": "true"}  # VACUUM START/END in history
     if _LISTING_PARALLELISM not in config.profile.spark.conf:
@@ -180,7 +179,7 @@ def _maintain(spark: SparkSession, config: Config, ds: Dataset, t: TableRef, mar
     return rows
 
 
-def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: str | None = None) -> dict:
+def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: str | None = None) -> MaintenanceSummary:
     """Expire, optimize and vacuum the dataset's tables; record and return what was done."""
     started = time.monotonic()
     run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
@@ -198,14 +197,14 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
         append_ledger(spark, config, [{"dataset": ds.name, "topic": ds.topic, "partition": -1, "start": 0, "end": 0,
                                        "records": 0, "quarantined": 0, "run_id": run_id, "state": "compacted",
                                        **serving_versions(config, ds)}])
-    return {"dataset": ds.name, "run_id": run_id, "tables": len(tables), "watermarks": marks,
-            "rows_expired": sum(r["rows_deleted"] or 0 for r in rows),
-            "vacuum_retention_hours": policy.vacuum_retention_hours,
-            "seconds": round(time.monotonic() - started, 3),
-            "operations": [{**r, "started_at": r["started_at"].isoformat()} for r in rows]}
+    return MaintenanceSummary(dataset=ds.name, run_id=run_id, tables=len(tables), watermarks=marks,
+                              rows_expired=sum(r["rows_deleted"] or 0 for r in rows),
+                              vacuum_retention_hours=policy.vacuum_retention_hours,
+                              seconds=round(time.monotonic() - started, 3),
+                              operations=[{**r, "started_at": r["started_at"].isoformat()} for r in rows])
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> MaintenanceSummary:
     """The job under spark-submit: maintain the request's dataset."""
     return run_maintenance(spark, config, ds, request.run_id)
 

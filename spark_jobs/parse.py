@@ -10,15 +10,19 @@ Shared by the speed and batch layers, so they cannot drift. Each record gets a
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from functools import reduce
 from typing import Sequence
 
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from loglake.core import contracts
 from loglake.core.config import Dataset, FieldSpec
+from loglake.core.errors import KafkaUnavailableError
 from loglake.core.offsets import OffsetRange
+from loglake.kafka.admin import read_records
 
 PROVENANCE = contracts.PROVENANCE.names
 
@@ -175,8 +179,6 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
     """The three projections of ``validate``, built once per dataset definition and Spark
     context: building the Column trees costs hundreds of Py4J calls, too many to repeat every
     micro-batch."""
-    from pyspark import SparkContext
-
     sc = SparkContext._active_spark_context
     key = (ds.model_dump_json(), fast_path, sc.applicationId, sc.startTime)
     if key in _PROJECTIONS:
@@ -288,11 +290,6 @@ def _read_in_driver(raw: DataFrame, config, topic: str, offsets: str) -> DataFra
     driver, as rows of ``raw``'s schema (the same bytes Spark read: the log is immutable);
     None when one is not there any more (compacted or deleted since) or the reading did not
     finish in time: the Spark pass then decides, as before."""
-    from datetime import datetime, timedelta, timezone
-
-    from loglake.core.errors import KafkaUnavailableError
-    from loglake.kafka.admin import read_records
-
     wanted = _offset_pairs(offsets)
     span = sum(max(offs) - min(offs) + 1 for offs in wanted.values())
     try:

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.jobs.protocol import JobRequest
-from loglake.lifecycle.rebuilds import batch_plan, check_layer, from_watermark
+from loglake.jobs.summaries import BatchSummary, RebuildSummary
 from loglake.ledger.snapshots import pin
+from loglake.lifecycle.rebuilds import batch_plan, check_layer, from_watermark
 from spark_jobs import delta_io, entry, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
+from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.streaming import run_speed
 
 
 def set_aside(spark: SparkSession, path: str) -> str | None:
@@ -46,19 +50,15 @@ def set_aside(spark: SparkSession, path: str) -> str | None:
     return target
 
 
-def rebuild_batch(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> dict:
-    from spark_jobs.pipeline import recompute_and_publish
-
+def rebuild_batch(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> RebuildSummary:
     plan = batch_plan(config, ds)  # a data-loss error here: nothing was moved
     aside = set_aside(spark, config.table_path(ds, "batch"))
-    summary = recompute_and_publish(spark, config, ds, plan, run_id) if plan.ranges else {"records": 0}
-    return {"layer": "batch", "set_aside": aside, "ranges": len(plan.ranges), "offsets": plan.offsets,
-            "records": summary.get("records", 0), "quarantined": summary.get("quarantined", 0)}
+    summary = recompute_and_publish(spark, config, ds, plan, run_id) if plan.ranges else BatchSummary(dataset=ds.name)
+    return RebuildSummary(dataset=ds.name, run_id=run_id, layer="batch", set_aside=aside, ranges=len(plan.ranges),
+                          offsets=plan.offsets, records=summary.records, quarantined=summary.quarantined)
 
 
-def rebuild_speed(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> dict:
-    from spark_jobs.streaming import run_speed
-
+def rebuild_speed(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> RebuildSummary:
     ranges = from_watermark(config, ds)  # a data-loss error here: nothing was moved
     aside = set_aside(spark, config.table_path(ds, "speed"))
     checkpoint = set_aside(spark, config.checkpoint_path(ds))
@@ -68,11 +68,12 @@ def rebuild_speed(spark: SparkSession, config: Config, ds: Dataset, run_id: str)
     run_speed(spark, config, ds, available_now=True)
     records = spark.read.format("delta").load(config.table_path(ds, "speed")).count()
     bad = spark.read.format("delta").load(quarantine).where("_layer = 'speed'").count()
-    return {"layer": "speed", "set_aside": aside, "checkpoint_set_aside": checkpoint,
-            "offsets": sum(r.size for r in ranges), "records": records, "quarantined": bad}
+    return RebuildSummary(dataset=ds.name, run_id=run_id, layer="speed", set_aside=aside,
+                          checkpoint_set_aside=checkpoint, offsets=sum(r.size for r in ranges), records=records,
+                          quarantined=bad)
 
 
-def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> dict:
+def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str) -> RebuildSummary:
     ranges = [r for r in from_watermark(config, ds) if r.size]
     check_retained(config, ranges)
     snap = pin(config, ds)
@@ -90,20 +91,20 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
         delta_io.merge_latest(spark, changes, path, ds.key, f"loglake-rebuild-{ds.name}-{run_id}", 0,
                               ds.stats_columns)
     rows = spark.read.format("delta").load(path).count() if delta_io.table_exists(spark, path) else 0
-    return {"layer": "latest", "set_aside": aside, "from_batch_version": batch_version,
-            "offsets": sum(r.size for r in ranges), "records": rows}
+    return RebuildSummary(dataset=ds.name, run_id=run_id, layer="latest", set_aside=aside,
+                          from_batch_version=batch_version, offsets=sum(r.size for r in ranges), records=rows)
 
 
 REBUILD = {"batch": rebuild_batch, "speed": rebuild_speed, "latest": rebuild_latest}
 
 
-def rebuild(spark: SparkSession, config: Config, ds: Dataset, layer: str, run_id: str) -> dict:
+def rebuild(spark: SparkSession, config: Config, ds: Dataset, layer: str, run_id: str) -> RebuildSummary:
     started = time.monotonic()
     out = REBUILD[check_layer(ds, layer)](spark, config, ds, run_id)
-    return {"dataset": ds.name, "run_id": run_id, **out, "seconds": round(time.monotonic() - started, 3)}
+    return replace(out, seconds=round(time.monotonic() - started, 3))
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> RebuildSummary:
     return rebuild(spark, config, ds, request.layer, request.run_id)
 
 

@@ -29,17 +29,22 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
-from pyspark.sql import DataFrame, SparkSession
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
-from loglake.ledger.leases import appends_paused
 from loglake.core.offsets import OffsetRange
+from loglake.jobs.protocol import JobRequest
+from loglake.jobs.summaries import ReplaySummary
+from loglake.ledger.leases import appends_paused
 from loglake.ledger.planning import Plan, plan_batch
+from loglake.serving.spark import serving_view
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import check_retained
+from spark_jobs.pipeline import recompute_and_publish
 
 # Now-valid batch offsets further apart than this are recomputed as separate ranges.
 RANGE_GAP = 10_000
@@ -80,8 +85,6 @@ def by_reason(checked: DataFrame | None) -> dict[str, dict[str, int]]:
 def _ranges(valid: DataFrame, topic: str) -> list[OffsetRange]:
     """The offsets of ``valid`` as ranges per partition, a new one where two are ``RANGE_GAP``
     apart; computed in Spark, so a flood of them never reaches the driver one by one."""
-    from pyspark.sql import Window
-
     w = Window.partitionBy("_partition").orderBy("_offset")
     gap = F.coalesce(F.col("_offset") - F.lag("_offset").over(w) >= RANGE_GAP, F.lit(True)).cast("int")
     cluster = F.sum("_new").over(w.rowsBetween(Window.unboundedPreceding, 0))
@@ -93,8 +96,6 @@ def _ranges(valid: DataFrame, topic: str) -> list[OffsetRange]:
 
 def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: DataFrame, run_id: str) -> None:
     """Move the now-valid speed-quarantined rows into the speed table (and a changelog's latest state)."""
-    from delta.tables import DeltaTable
-
     moved = checked.where(F.col("_reason").isNull())
     version = evolution.prepare(spark, config, ds, ("speed",))
     speed_path = config.table_path(ds, "speed")
@@ -121,10 +122,6 @@ def _correct_latest(spark: SparkSession, config: Config, ds: Dataset, moved: Dat
     (batch state as of W_p with the speed changes at or above W_p, the replayed ones among
     them, newest per key): an older replayed change never overwrites a newer one, and one
     whose key a later tombstone deleted does not bring it back."""
-    from delta.tables import DeltaTable
-
-    from loglake.serving.spark import serving_view
-
     path, key = config.table_path(ds, "latest"), ds.key
     keys = moved.select(key).distinct()
     if not delta_io.table_exists(spark, path):
@@ -158,30 +155,26 @@ def batch_plan(ds: Dataset, config: Config, checked: DataFrame | None) -> Plan |
 
 
 def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason_code: str | None = None,
-           dry_run: bool = False) -> dict:
-    from spark_jobs.pipeline import recompute_and_publish
-
+           dry_run: bool = False) -> ReplaySummary:
     started = time.monotonic()
     speed = revalidated(spark, config, ds, "speed", reason_code)
     batch = revalidated(spark, config, ds, "batch", reason_code)
     plan = batch_plan(ds, config, batch)
     if plan is not None:
         check_retained(config, list(plan.ranges))  # a data-loss error here: nothing was moved
-    out = {"dataset": ds.name, "run_id": run_id, "reason_code": reason_code, "dry_run": dry_run,
-           "speed": by_reason(speed), "batch": by_reason(batch),
-           "batch_ranges": [] if plan is None else [str(r) for r in plan.ranges]}
+    out = ReplaySummary(dataset=ds.name, run_id=run_id, reason_code=reason_code, dry_run=dry_run,
+                        speed=by_reason(speed), batch=by_reason(batch),
+                        batch_ranges=[] if plan is None else [str(r) for r in plan.ranges])
     if not dry_run:
-        if any(out["speed"]["valid"].values()):
+        if any(out.speed["valid"].values()):
             replay_speed(spark, config, ds, speed, run_id)
         if plan is not None:
-            summary = recompute_and_publish(spark, config, ds, plan, run_id)
-            out["batch_published"] = bool(summary["quality"].get("published"))
-            out["quality"] = {k: summary["quality"].get(k) for k in ("published", "failed", "warned")}
-    out["seconds"] = round(time.monotonic() - started, 3)
-    return out
+            quality = recompute_and_publish(spark, config, ds, plan, run_id).quality
+            out = replace(out, batch_published=quality.published, quality=quality)
+    return replace(out, seconds=round(time.monotonic() - started, 3))
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> ReplaySummary:
     return replay(spark, config, ds, request.run_id, request.reason_code, request.dry_run)
 
 

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import socketserver
@@ -38,12 +39,15 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import replace
 
 from loglake.core.config import Config, load_config
-from loglake.core.errors import LoglakeError, ParamError
-from loglake.jobs.protocol import failure
-from loglake.jobs import registry, shared_app
+from loglake.core.errors import JobFailure, LoglakeError, ParamError
+from loglake.jobs import registry
+from loglake.jobs.launch import spark_conf
+from loglake.jobs.session import get_spark
 from loglake.jobs.shared_app import address_file, identity
+from spark_jobs import entry
 
 SERVED = {name: registry.JOBS[name].module for name in registry.served()}
 
@@ -51,7 +55,6 @@ SERVED = {name: registry.JOBS[name].module for name in registry.served()}
 class _ThreadOutput(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` of the server: a job thread's writes go to its client,
     everything else to the server's log."""
-
     def __init__(self, base, sinks: threading.local):
         self.base, self.sinks = base, sinks
 
@@ -144,7 +147,6 @@ class Server:
                           ("code", "code (loglake/, spark_jobs/ changed since it started)")):
             if request.get(key) != self.identity[key]:
                 return f"it runs for another {what}: {self.identity[key]!r}, not {request.get(key)!r}"
-        from loglake.jobs.launch import spark_conf
 
         try:
             now = spark_conf(load_config())
@@ -156,7 +158,6 @@ class Server:
 
     def _run(self, job: str, argv: list[str], lease: str | None, group: str, gone: threading.Event,
              send, outcome: dict) -> None:
-        from spark_jobs import entry
 
         self.sinks.sink = lambda text: send({"line": text})
         try:
@@ -170,21 +171,21 @@ class Server:
                     queued = time.monotonic() - waited
                     summary = entry.execute(job, argv, body, functools.partial(self._session, group),
                                             inherited=lease, export=False, cancel=gone)
-                    outcome.update(summary={**summary, "queued_seconds": round(queued, 3)}, code=0)
+                    outcome.update(summary=replace(summary, queued_seconds=round(queued, 3)).to_dict(), code=0)
                 finally:
                     if job == "quality":
                         self.quality_gate.release()
         except LoglakeError as e:
             print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            outcome.update(summary=failure(e), code=2)
+            outcome.update(summary=JobFailure.of(e).to_dict(), code=2)
         except Exception as e:
             known = entry.known_jvm_error(e)
             if known is not None:
                 print(f"{type(known).__name__}: {known}", file=sys.stderr, flush=True)
-                outcome.update(summary=failure(known), code=2)
+                outcome.update(summary=JobFailure.of(known).to_dict(), code=2)
             else:
                 traceback.print_exc()
-                outcome.update(summary=failure(e), code=1)
+                outcome.update(summary=JobFailure.of(e).to_dict(), code=1)
         finally:
             self.sinks.sink = None
             with self.lock:
@@ -218,8 +219,6 @@ class Server:
 
 def _closed(conn: socket.socket) -> bool:
     """Whether the peer closed the connection (it sends nothing after its request)."""
-    import select
-
     try:
         readable, _, _ = select.select([conn], [], [], 0)
         return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
@@ -228,9 +227,6 @@ def _closed(conn: socket.socket) -> bool:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    from loglake.jobs.launch import spark_conf
-    from loglake.jobs.session import get_spark
-
     config = load_config()
     concurrency = int(os.environ.get("LOGLAKE_SPARK_JOBS_CONCURRENCY", "2"))
     if concurrency < 1:

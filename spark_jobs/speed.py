@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
 from loglake.jobs.protocol import JobRequest
+from loglake.jobs.summaries import SpeedSummary
 from spark_jobs import entry
-from spark_jobs.streaming import stream_summary, check_gaps, is_data_loss, run_speed
-
+from spark_jobs.streaming import check_gaps, is_data_loss, run_speed, stream_summary
 
 BLOCKED_POLL_SECONDS = 10.0
 
@@ -30,7 +30,7 @@ def blocked_file(config: Config, ds: Dataset) -> Path:
     return config.home / "run" / f"speed-{ds.name}.blocked.json"
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> dict:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> SpeedSummary:
     """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds).
 
     Offsets Kafka deleted before the stream read them stop it with a ``DataLossError``
@@ -55,7 +55,7 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobReques
                 continue
             if not isinstance(e, DataLossError) and not gaps:
                 raise  # Spark saw a loss the tables cannot place: not ours to explain
-    return {"dataset": ds.name, "seconds": round(time.monotonic() - started, 3), **stream_summary(last)}
+    return stream_summary(ds, last, time.monotonic() - started)
 
 
 def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: DataLossError) -> None:

@@ -22,10 +22,11 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
-from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
-from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.leases import stream_lease, wait_while_paused
 from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
+from loglake.jobs.summaries import SpeedSummary
+from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
+from loglake.ledger.leases import stream_lease, wait_while_paused
+from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
 from spark_jobs import delta_io, evolution, parse
@@ -128,8 +129,6 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
     group's record: it follows the checkpoint asynchronously and may be missing or behind.
     """
-    from loglake.ledger.ranges import compute_watermarks, ledger_rows
-
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
     rows = ledger_rows(config, ds)
     published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
@@ -225,7 +224,6 @@ SMALL_BATCH_RECORDS = 10_000
 class _PositionRecorder(StreamingQueryListener):
     """After each committed batch: record the position in Kafka (from a thread of its own,
     so that a broker outage delays the record, never the stream) and keep a progress file."""
-
     def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None):
         self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
         self.query_id: str | None = None
@@ -353,13 +351,13 @@ def batch_records(progress: dict, topic: str) -> int:
     return total
 
 
-def stream_summary(last: dict | None) -> dict:
+def stream_summary(ds: Dataset, last: dict | None, seconds: float) -> SpeedSummary:
     """Records and processing time of the batches this run made (JVM start excluded)."""
     batches = (last or {}).get("_batches", {})
     rows = sum(r for r, _ms in batches.values())
     secs = sum(ms for _r, ms in batches.values()) / 1000
-    return {"batches": len(batches), "records": rows, "processing_seconds": round(secs, 3),
-            "records_per_second": round(rows / secs) if secs else None}
+    return SpeedSummary(dataset=ds.name, seconds=round(seconds, 3), batches=len(batches), records=rows,
+                        processing_seconds=round(secs, 3), records_per_second=round(rows / secs) if secs else None)
 
 
 def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,

@@ -10,11 +10,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from loglake.core.config import Config
 from loglake.core.contracts import LEDGER, SystemTable
 from loglake.core.errors import ForeignCommitError
-from spark_jobs.delta_io import retry_conflicts
+from loglake.ledger.history import unserved_foreign_commits
+from loglake.ledger.ranges import ledger_rows
+from loglake.ledger.tables import open_table
+from spark_jobs.delta_io import retry_conflicts, table_exists
 
 
 def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[dict], *,
@@ -62,10 +66,6 @@ def append_ledger(spark: SparkSession, config: Config, rows: list[dict]) -> None
 
 
 def _not_recorded(spark: SparkSession, config: Config, rows: list[dict]) -> list[dict]:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.delta_io import table_exists
-
     def key(r) -> tuple:
         return tuple(r.get(c) for c in ("dataset", "topic", "partition", "start", "end", "run_id", "state"))
 
@@ -88,10 +88,6 @@ def serving_versions(config: Config, ds) -> dict:
     one lies between the versions served now and these, ``ForeignCommitError`` (permanent),
     naming it; readers stay where they are.
     """
-    from loglake.ledger.history import unserved_foreign_commits
-    from loglake.ledger.ranges import ledger_rows
-    from loglake.ledger.tables import open_table
-
     rows = ledger_rows(config, ds)
     out = {}
     for layer, column in (("batch", "batch_version"), ("quarantine", "quarantine_version")):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from confluent_kafka import KafkaError
@@ -134,7 +135,7 @@ class ForeignCommitError(LoglakeError):
             repair = (f"restore it (RESTORE TABLE delta.`{path}` TO VERSION AS OF {served}), then rebuild the speed "
                       f"layer from the log (loglake rebuild {dataset} --layer speed) and run the batch again")
         if served is None:  # nothing served from it yet: no version to go back to
-            repair = f"set the table aside (or RESTORE it to a version before them) and run the batch again"
+            repair = "set the table aside (or RESTORE it to a version before them) and run the batch again"
         super().__init__(f"{dataset}: {table} holds {len(commits)} commit(s) loglake did not make {since}: {found}; "
                          f"refused to serve them unchecked ({keep}). Look at them (loglake history {table}), then "
                          f"{repair}")
@@ -201,23 +202,45 @@ class PortInUseError(ProcessError):
         self.port = port
 
 
+@dataclass(frozen=True)
+class JobFailure:
+    """What a job that failed answers with instead of its summary: the error's text and
+    type, and whether another attempt may help (``is_transient``)."""
+
+    error: str
+    error_type: str
+    transient: bool
+
+    @classmethod
+    def of(cls, error: BaseException) -> "JobFailure":
+        return cls(str(error), type(error).__name__, is_transient(error))
+
+    @classmethod
+    def from_dict(cls, value: dict) -> "JobFailure":
+        return cls(str(value["error"]), str(value.get("error_type", "error")), bool(value.get("transient", True)))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.error_type}: {self.error}"
+
+
 class JobError(LoglakeError):
-    """A Spark job ended without success; carries its failure summary.
+    """A Spark job ended without success; carries its ``JobFailure`` (None: it said nothing).
 
     Transient when the job said so (its own error was transient) or when it died
     without saying anything (a crash, an OOM: worth another attempt).
     """
 
-    def __init__(self, job: str, dataset: str, code: int, summary: dict | None, log: str | None = None):
-        self.job, self.dataset, self.code, self.summary, self.log = job, dataset, code, summary or {}, log
-        said = self.summary.get("error")
+    def __init__(self, job: str, dataset: str, code: int, failure: JobFailure | None, log: str | None = None):
+        self.job, self.dataset, self.code, self.failure, self.log = job, dataset, code, failure, log
         where = f" (log: {log})" if log else ""
-        text = f"{self.summary.get('error_type', 'error')}: {said}" if said else f"exit code {code}"
-        super().__init__(f"{job} {dataset} failed: {text}{where}")
+        super().__init__(f"{job} {dataset} failed: {failure or f'exit code {code}'}{where}")
 
     @property
     def transient(self) -> bool:  # type: ignore[override]
-        return bool(self.summary.get("transient", True)) if self.summary.get("error") else True
+        return self.failure.transient if self.failure is not None else True
 
 
 # --- transient: the same call may succeed later ---------------------------------------

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config
-from loglake.core.errors import SetupError
+from loglake.core.errors import JobError, JobFailure, SetupError
 from loglake.core.paths import java_executable
 from loglake.core.processes import wait_for
-from loglake.jobs import registry, shared_app
+from loglake.jobs import registry, shared_app, summaries
 from loglake.jobs.protocol import JobRequest, read_summary_file
+from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import current_token
 
 
@@ -136,8 +137,10 @@ def code_archive(config: Config) -> Path:
     return target
 
 
-def job_env(config: Config) -> dict[str, str]:
-    """Environment for a job process: venv Python for workers, repo on the path, same state."""
+def job_env(config: Config, spark_submitted: bool = True) -> dict[str, str]:
+    """Environment for a job process: venv Python for workers, repo on the path, same state.
+    ``spark_submitted``: spark-submit starts it (false: a Spark driver run as a plain Python
+    process, which starts its own JVM)."""
     env = dict(os.environ)
     env.update({
         "PYSPARK_PYTHON": sys.executable,
@@ -146,8 +149,11 @@ def job_env(config: Config) -> dict[str, str]:
         "LOGLAKE_HOME": str(config.home),
         "LOGLAKE_CONF": str(config.conf_dir),
         "LOGLAKE_PROFILE": config.profile_name,
-        "LOGLAKE_UNDER_SPARK_SUBMIT": "1",
     })
+    if spark_submitted:
+        env["LOGLAKE_UNDER_SPARK_SUBMIT"] = "1"
+    else:
+        env.pop("LOGLAKE_UNDER_SPARK_SUBMIT", None)
     if loopback(config):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
@@ -219,15 +225,29 @@ def submit_spec(config: Config, job: str) -> dict:
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """How a job run ended: exit code, its summary (None if it said nothing), its log."""
+    """How a job run ended: exit code, its typed summary when it succeeded, its failure when
+    it said why it failed (neither: it died without a word), its log."""
 
+    job: str
     code: int
-    summary: dict | None
+    summary: JobSummary | None
+    failure: JobFailure | None
     log: Path
+
+    @classmethod
+    def of(cls, job: str, code: int, reported: dict | None, log: Path) -> "JobOutcome":
+        said = summaries.parse(job, reported)
+        if isinstance(said, JobFailure):
+            return cls(job, code, None, said, log)
+        return cls(job, code, said if code == 0 else None, None, log)
 
     @property
     def ok(self) -> bool:
-        return self.code == 0 and self.summary is not None and "error" not in self.summary
+        return self.summary is not None
+
+    def error(self, dataset: str) -> JobError:
+        """The ``JobError`` a caller raises for this outcome when it is not ``ok``."""
+        return JobError(self.job, dataset, self.code, self.failure, str(self.log))
 
 
 def job_log(config: Config, request: JobRequest) -> Path:
@@ -253,7 +273,7 @@ def run_job(config: Config, request: JobRequest) -> JobOutcome:
 
             shared = shared_app.submit(config, request, output, lease=current_token())
         if shared is not None:
-            return JobOutcome(shared[0], shared[1], log)
+            return JobOutcome.of(request.job, shared[0], shared[1], log)
     summary_file = log.with_suffix(".summary")
     request = request.with_summary_file(summary_file)
     with open(log, "ab") as out:
@@ -261,4 +281,4 @@ def run_job(config: Config, request: JobRequest) -> JobOutcome:
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     summary = read_summary_file(summary_file)
     summary_file.unlink(missing_ok=True)
-    return JobOutcome(proc.returncode, summary, log)
+    return JobOutcome.of(request.job, proc.returncode, summary, log)

@@ -1,8 +1,9 @@
 """The job protocol: what a Spark job is asked to do, and the one summary it answers with.
 
 A loglake Spark job (``spark_jobs/<job>.py`` under spark-submit) takes the arguments of a
-``JobRequest`` and ends by reporting one summary: a JSON object, on success what it did
-(records, quarantined, seconds, ...), on failure ``{"error", "error_type", "transient"}``.
+``JobRequest`` and ends by reporting one summary as a JSON object: on success its typed
+summary (``loglake.jobs.summaries``: records, quarantined, seconds, ...), on failure a
+``JobFailure`` (``{"error", "error_type", "transient"}``).
 It writes that summary to ``--summary-file`` when given, else prints it as one line on
 stdout (``SUMMARY_PREFIX`` + JSON). The CLI (``loglake.jobs.launch.run_job``) and the Airflow
 operators (``loglake_airflow.operators``) build requests and read summaries only
@@ -18,8 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from loglake.core.errors import ParamError, is_transient
+from loglake.core.errors import JobFailure, ParamError
 from loglake.jobs.registry import job as registered
+from loglake.jobs.summaries import Outcome
 from loglake.ledger.planning import Plan
 
 SUMMARY_PREFIX = "loglake-summary: "
@@ -52,8 +54,8 @@ class JobRequest:
             raise ParamError("plan", f"the {self.job} job needs a plan")
         if self.plan is not None and self.plan.dataset != self.dataset:
             raise ParamError("plan", f"the plan is for dataset {self.plan.dataset!r}, not {self.dataset!r}")
-        if spec.needs_layer and (not self.layer or not self.run_id):
-            raise ParamError("layer", f"the {self.job} job needs a layer (batch, speed, latest) and a run id")
+        if spec.needs_layer and not self.layer:
+            raise ParamError("layer", f"the {self.job} job needs a layer (batch, speed, latest)")
         if spec.needs_run_id and not self.run_id:
             why = {"quality": "the batch job's run id (its ledger rows)",
                    "replay": "a run id (its batch ranges are recorded under it)"}.get(self.job, "a run id")
@@ -110,18 +112,14 @@ class _Parser(argparse.ArgumentParser):
         raise ParamError("arguments", f"{self.prog} job: {message}")
 
 
-def failure(error: BaseException) -> dict:
-    """The summary of a job that failed with ``error``."""
-    return {"error": str(error), "error_type": type(error).__name__, "transient": is_transient(error)}
+def summary_line(outcome: Outcome) -> str:
+    return SUMMARY_PREFIX + json.dumps(outcome.to_dict(), default=str, sort_keys=True)
 
 
-def summary_line(summary: dict) -> str:
-    return SUMMARY_PREFIX + json.dumps(summary, default=str, sort_keys=True)
-
-
-def report(summary: dict, summary_file: str | None) -> None:
-    """Hand the summary over: to ``summary_file`` (the request's), else as one line on stdout."""
-    line = summary_line(summary)
+def report(outcome: Outcome, summary_file: str | None) -> None:
+    """Hand the summary (or the failure) over: to ``summary_file`` (the request's), else as
+    one line on stdout."""
+    line = summary_line(outcome)
     if summary_file:
         path = Path(summary_file)
         tmp = path.with_name(path.name + ".tmp")
@@ -168,6 +166,12 @@ def read_summary_file(path: str | Path) -> dict | None:
         return read_summary(Path(path).read_text())
     except FileNotFoundError:
         return None
+
+
+def read_failure(path: str | Path) -> JobFailure | None:
+    """The failure a job reported in its summary file, if it reported one."""
+    value = read_summary_file(path)
+    return JobFailure.from_dict(value) if value is not None and "error" in value else None
 
 
 class Phases:

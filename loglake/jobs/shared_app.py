@@ -168,7 +168,7 @@ def submit(config: Config, request: JobRequest, output: Callable[[str], None] | 
                     continue
                 if "summary" in msg:
                     summary = msg["summary"]
-                    if isinstance(summary, dict) and waited:
+                    if isinstance(summary, dict) and waited and "error" not in summary:
                         summary = {**summary, "start_wait_seconds": round(waited, 3)}
                     return int(msg.get("code", 1)), summary
         except (OSError, ValueError):

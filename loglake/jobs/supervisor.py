@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from loglake.jobs.protocol import arg_of, read_summary_file
+from loglake.jobs.protocol import arg_of, read_failure
 
 
 def supervise(argv: list[str]) -> int:
@@ -50,10 +50,9 @@ def supervise(argv: list[str]) -> int:
         code = child.wait()
         if stopping.is_set() or code == 0:
             return 0 if stopping.is_set() else code
-        summary = read_summary_file(summary_file) if summary_file else None
-        if summary and summary.get("transient") is False:
-            print(f"loglake supervisor: stopped by a permanent error, not restarting: {summary.get('error_type')}: "
-                  f"{summary.get('error')}", flush=True)
+        failed = read_failure(summary_file) if summary_file else None
+        if failed is not None and not failed.transient:
+            print(f"loglake supervisor: stopped by a permanent error, not restarting: {failed}", flush=True)
             return code
         if time.monotonic() - started > 60 or progressed(started_wall):
             backoff = 1.0

@@ -26,10 +26,11 @@ import time
 from typing import Callable
 
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import DataLossError, JobError, ParamError
+from loglake.core.errors import DataLossError, ParamError
 from loglake.core.offsets import OffsetRange
 from loglake.jobs.launch import run_job
 from loglake.jobs.protocol import JobRequest
+from loglake.jobs.summaries import RebuildSummary
 from loglake.kafka.admin import dataset_bounds
 from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
@@ -108,7 +109,7 @@ def from_watermark(config: Config, ds: Dataset) -> list[OffsetRange]:
 
 
 def run_rebuild(config: Config, ds: Dataset, layers: list[str] | None, run_id: str,
-                say: Callable[[str], None] = print) -> list[dict]:
+                say: Callable[[str], None] = print) -> list[RebuildSummary]:
     """Rebuild ``layers`` of ``ds`` (default: every table it has) as Spark jobs; the summaries.
 
     What the log must hold is checked for every layer before anything is stopped or moved.
@@ -134,11 +135,11 @@ def run_rebuild(config: Config, ds: Dataset, layers: list[str] | None, run_id: s
             t0 = time.monotonic()
             outcome = run_job(config, JobRequest("rebuild", ds.name, run_id=f"{run_id}-{layer}", layer=layer))
             if not outcome.ok:
-                raise JobError("rebuild", ds.name, outcome.code, outcome.summary, str(outcome.log))
+                raise outcome.error(ds.name)
             s = outcome.summary
-            aside = f"; the old table set aside as {s['set_aside']}" if s.get("set_aside") else ""
-            say(f"rebuild {ds.name} {layer}: {s.get('records', 0)} rows from {s.get('offsets', 0)} offset(s) of the "
-                f"log in {s['seconds']:.1f}s; {time.monotonic() - t0:.1f}s with JVM start; run {run_id}-{layer}{aside}")
+            aside = f"; the old table set aside as {s.set_aside}" if s.set_aside else ""
+            say(f"rebuild {ds.name} {layer}: {s.records} rows from {s.offsets} offset(s) of the "
+                f"log in {s.seconds:.1f}s; {time.monotonic() - t0:.1f}s with JVM start; run {run_id}-{layer}{aside}")
             out.append(s)
     finally:
         if restart:

@@ -1,8 +1,8 @@
 """A class-data sharing archive for Spark's drivers: ``python -m loglake.local.cds`` (``make setup``).
 
-A Spark driver loads some 16,800 classes before its first query (16,799 measured with
-``-Xlog:class+load``, 12,547 of them from the archive); a JVM started with a CDS
-archive maps them ready-parsed instead (and the drivers running at once share those pages).
+A Spark driver loads many thousands of classes before its first query; a JVM started with
+a CDS archive maps them ready-parsed instead of parsing them (and the drivers running at
+once share those pages).
 ``make setup`` dumps one archive (``-XX:ArchiveClassesAtExit``) from a small Spark job that
 starts a session and writes and reads a Delta table, under the cache
 (``<cache>/cds/spark-<key>.jsa``, the key from the Java version, the pyspark install and

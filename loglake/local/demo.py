@@ -9,14 +9,13 @@ serving view is compared with a full recompute from the log.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 
-from loglake.core import paths
 from loglake.core.config import Config, Dataset
 from loglake.core.processes import wait_for
+from loglake.jobs.launch import job_env
 from loglake.kafka.admin import dataset_state, log_bounds
 from loglake.ledger.results import last_maintenance
 from loglake.ledger.tables import open_table, query, table_counts
@@ -175,16 +174,10 @@ def run_demo(config: Config, count: int, bad_fraction: float) -> int:
 
 def compare_serving_view(config: Config) -> bool:
     """A query over the serving view, and the same over a full recompute from the log
-    (``spark_jobs/compare.py``, a Spark driver of its own)."""
-    env = {**os.environ, "LOGLAKE_HOME": str(config.home), "LOGLAKE_CONF": str(config.conf_dir),
-           "LOGLAKE_PROFILE": config.profile_name,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    same = True
-    for ds in (d for d in config.datasets.values() if d.kind == "events"):
-        r = subprocess.run([sys.executable, "-m", "spark_jobs.compare", ds.name, DEMO_SQL], env=env,
-                           capture_output=True, text=True)
-        print(r.stdout, end="")
-        if r.returncode not in (0, 1):
-            print(f"the comparison failed (exit {r.returncode}): {r.stderr.strip().splitlines()[-1:] or ''}")
-        same &= r.returncode == 0
-    return same
+    (``spark_jobs/compare.py``, a Spark driver of its own, over every events dataset)."""
+    r = subprocess.run([sys.executable, "-m", "spark_jobs.compare", DEMO_SQL], env=job_env(config, False),
+                       capture_output=True, text=True)
+    print(r.stdout, end="")
+    if r.returncode not in (0, 1):
+        print(f"the comparison failed (exit {r.returncode}): {r.stderr.strip().splitlines()[-1:] or ''}")
+    return r.returncode == 0

@@ -159,8 +159,8 @@ def status(config: Config) -> int:
         ok &= pid is not None
         failed = None if pid else stream.failure()
         print(f"  {'speed-' + stream.ds.name:<22} {state_label(pid)}"
-              + (f"  by a permanent error (not restarted): {failed['error_type']}: "
-                 f"{failed['error'].splitlines()[0]}" if failed else ""))
+              + (f"  by a permanent error (not restarted): {failed.error_type}: "
+                 f"{failed.error.splitlines()[0]}" if failed else ""))
     if config.profile.spark.shared_application:
 
         state = shared_app.state(config)

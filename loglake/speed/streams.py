@@ -14,10 +14,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from loglake.core.errors import JobFailure
 from loglake.core.config import Config, Dataset
 from loglake.core.processes import Managed, wait_for
 from loglake.jobs.launch import JobOutcome, job_env, run_job, spark_submit
-from loglake.jobs.protocol import JobRequest, read_summary_file
+from loglake.jobs.protocol import JobRequest, read_failure
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,13 @@ class SpeedStream:
         except (FileNotFoundError, ValueError):
             return None
 
-    def failure(self) -> dict | None:
+    def failure(self) -> JobFailure | None:
         """How the stream stopped when a permanent error stopped it (the supervisor does not
-        restart those: a bad pattern, data loss): ``{"error", "error_type", ...}``; else None."""
+        restart those: a bad pattern, data loss); else None."""
         if self.pid():
             return None
-        summary = read_summary_file(self.summary_file)
-        return summary if summary and "error" in summary and summary.get("transient") is False else None
+        failed = read_failure(self.summary_file)
+        return failed if failed is not None and not failed.transient else None
 
     def state(self) -> str:
         """``running (pid N)``, ``stopped``, or ``stopped by a permanent error: ...``."""
@@ -66,8 +67,8 @@ class SpeedStream:
             return f"running (pid {pid})" + (f", WAITING: {blocked['error']}" if blocked else "")
         failed = self.failure()
         if failed:
-            return (f"stopped by a permanent error (not restarted): {failed['error_type']}: "
-                    f"{failed['error'].splitlines()[0]}")
+            return (f"stopped by a permanent error (not restarted): {failed.error_type}: "
+                    f"{failed.error.splitlines()[0]}")
         return "stopped"
 
     def pid(self) -> int | None:

@@ -24,10 +24,11 @@ def loglake_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "loglake.cli", *args]
 
 
-def run_loglake(config: Config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``loglake ARGS`` on ``config``; its exit code and output (text)."""
-    return subprocess.run(loglake_command(*args), env=command_env(config), capture_output=True, text=True,
-                          timeout=timeout)
+def run_loglake(config: Config, *args: str, timeout: float = 600,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``loglake ARGS`` on ``config`` (``env``: more variables); its exit code and output (text)."""
+    return subprocess.run(loglake_command(*args), env=command_env(config, **(env or {})), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @contextmanager

@@ -19,10 +19,13 @@ summary instead of raising (``loglake.jobs.protocol``): ``summary_error`` maps t
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+if TYPE_CHECKING:
+    from loglake.core.errors import JobFailure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,11 +63,9 @@ def loglake_errors(fn: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def summary_error(summary: Mapping[str, Any]) -> AirflowException:
-    """The exception of a Spark job that failed with ``summary`` (``{"error", "error_type",
-    "transient"}``): ``AirflowFailException`` only when the job said its error is permanent;
-    one that died without saying (a crash, an OOM) is worth another attempt."""
-    said = f"{summary.get('error_type')}: {summary.get('error')}"
-    if summary.get("transient") is False:
-        return AirflowFailException(said)
-    return AirflowException(said)
+def summary_error(failure: JobFailure) -> AirflowException:
+    """The exception of a Spark job that reported ``failure``: ``AirflowFailException`` only
+    when the job said its error is permanent."""
+    if not failure.transient:
+        return AirflowFailException(str(failure))
+    return AirflowException(str(failure))

@@ -59,14 +59,27 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             summary = self._spark_submit(config, request, context)
         submit_seconds = time.monotonic() - started
         self.log.info("%s %s: %s records, %s quarantined; %s %.1fs, of which the Spark job's own work %ss (the "
-                      "rest is %s)", self.job, request.dataset, summary.get("records"), summary.get("quarantined"),
+                      "rest is %s)", self.job, request.dataset, getattr(summary, "records", "-"),
+                      getattr(summary, "quarantined", "-"),
                       "the shared Spark application" if shared is not None else "spark-submit", submit_seconds,
-                      summary.get("seconds"), "the request and its session" if shared is not None
+                      summary.seconds, "the request and its session" if shared is not None
                       else "JVM start, session and submit overhead")
         self._emit_table_events(config, context, request.dataset, summary)
-        return {**summary, "submit_seconds": round(submit_seconds, 3)}
+        return {**summary.to_dict(), "submit_seconds": round(submit_seconds, 3)}
 
-    def _in_shared_application(self, config, request) -> dict | None:
+    def _said(self, code: int, reported: dict | None):
+        """The job's typed summary; the task's exception when it failed (``summary_error``:
+        permanent or worth a retry), or when it ended without a summary."""
+        from loglake.jobs.summaries import JobFailure, parse
+
+        said = parse(self.job, reported)
+        if isinstance(said, JobFailure):
+            raise summary_error(said)
+        if code != 0 or said is None:
+            raise AirflowException(f"the {self.job} job ended with exit code {code} and no summary")
+        return said
+
+    def _in_shared_application(self, config, request):
         """The job's summary from the shared Spark application; None when it does not run
         there (not running, not answering within its start wait, or refused). A task that
         comes while it starts waits for it (``loglake.jobs.shared_app.submit``). A failure fails the
@@ -78,20 +91,16 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         answer = shared_app.submit(config, request, output=self._job_output)
         if answer is None:
             return None
-        code, summary = answer
-        summary = summary or {}
-        if code != 0 or "error" in summary:
-            raise summary_error(summary)
-        return summary
+        return self._said(*answer)
 
     def _job_output(self, text: str) -> None:
         for line in text.splitlines():
             if line.strip():
                 self.log.info("%s", line)
 
-    def _spark_submit(self, config, request, context) -> dict:
-        from loglake.jobs.protocol import read_summary_file
+    def _spark_submit(self, config, request, context):
         from loglake.jobs.launch import submit_spec
+        from loglake.jobs.protocol import read_failure, read_summary_file
 
         spec = submit_spec(config, self.job)
         self.application = self.application or spec["application"]
@@ -108,19 +117,19 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             except AirflowException as e:
                 # spark-submit's own exception says only its exit code: the job's summary says
                 # whether a retry can help.
-                failure = read_summary_file(summary_file) or {}
-                error = summary_error(failure) if failure.get("error") else None
+                failure = read_failure(summary_file)
+                error = summary_error(failure) if failure is not None else None
                 if isinstance(error, AirflowFailException):
                     raise error from e
                 raise
-            return read_summary_file(summary_file) or {}
+            return self._said(0, read_summary_file(summary_file))
 
-    def _emit_table_events(self, config, context, name: str, summary: dict) -> None:
+    def _emit_table_events(self, config, context, name: str, summary) -> None:
         aliases = [o for o in self.outlets if isinstance(o, AssetAlias)]
         if not aliases:
             return
         ds = config.dataset(name)
-        extra = {k: summary[k] for k in ("run_id", "records", "quarantined", "ranges") if k in summary}
+        extra = {k: v for k, v in summary.to_dict().items() if k in ("run_id", "records", "quarantined", "ranges")}
         for alias in aliases:
             for table in (ds.tables.batch, ds.tables.quarantine):
                 context["outlet_events"][alias].add(table_asset(table), extra=extra)

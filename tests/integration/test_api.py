@@ -37,7 +37,7 @@ def test_connect_sql_and_arrow_agree_and_views_stay_exact(spark, make_config):
     # A batch run publishes and maintenance expires the speed rows below the new watermark:
     # the DataFrame made before reads what it read; a new call sees the new point, as exact.
     recompute_and_publish(spark, config, jv, plan_batch(config, jv), "second")
-    assert run_maintenance(spark, config, jv)["rows_expired"] > 0
+    assert run_maintenance(spark, config, jv).rows_expired > 0
     assert offsets.count() == 296
     assert lake.sql("SELECT count(*) AS n FROM job_views").first()["n"] == 296
 

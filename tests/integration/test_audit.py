@@ -15,7 +15,7 @@ from loglake.ledger.results import last_audit
 from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.streaming import run_speed
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_co
     result = audit_dataset(config, ds, run_id="clean")
     assert result.ok, "\n".join(format_audit(result))
     assert (result.missing, result.duplicated, result.unexpected) == (0, 0, 0)
-    assert result["offsets_checked"] == res.records
+    assert result.offsets_checked == res.records
     # Both parts did work: batch below the watermark, speed above it.
     assert sum(r.offsets_checked for r in result.partitions if r.layer == "batch") > 0
     assert sum(r.offsets_checked for r in result.partitions if r.layer == "speed") > 0
@@ -90,7 +90,7 @@ def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
     assert row.sample_missing == [gap] and row.sample_duplicated == [dup]
     assert all(r.ok for r in result.partitions if (r.partition, r.layer) != (p, "batch"))
 
-    cli = loglake(config, "audit", "job_views", "--no-record")
+    cli = run_loglake(config, "audit", "job_views", "--no-record")
     assert cli.returncode == 1, cli.stdout + cli.stderr
     assert "FAILED" in cli.stdout and "1 missing, 1 duplicated" in cli.stdout
     assert f"[{p}] batch" in cli.stdout

@@ -18,10 +18,12 @@ from loglake.core.offsets import OffsetRange
 from loglake.core.errors import ParamError
 from loglake.ledger.planning import Plan, plan_backfill, plan_batch
 from loglake.core.processes import Managed, wait_for
+from loglake.local.demo import DEMO_SQL
 from loglake.local.produce import produce
-from spark_jobs.batch import recompute_from_log, run_batch
+from spark_jobs.recompute import recompute_from_log, run_batch
+from spark_jobs.compare import compare
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.quality import run_quality
+from spark_jobs.gate import run_quality
 from loglake.serving.spark import serving_view
 from spark_jobs.streaming import run_speed
 
@@ -44,9 +46,9 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     plan = plan_batch(config, ds)
     assert plan.offsets == 2000 and {r.start for r in plan.ranges} == {0}
     first = run_batch(spark, config, ds, plan, "run-1")
-    assert (first["records"], first["quarantined"]) == (res.good, res.bad)
+    assert (first.records, first.quarantined) == (res.good, res.bad)
     assert batch_watermarks(config, ds) == {}, "a written range is not published before its quality gate"
-    assert run_quality(spark, config, ds, plan, "run-1")["published"]
+    assert run_quality(spark, config, ds, plan, "run-1").published
     batch_path, q_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     hashes = row_hashes(spark, batch_path), row_hashes(spark, q_path)
     assert len(hashes[0]) == res.good and len(hashes[1]) == res.bad
@@ -75,11 +77,11 @@ def test_quarantined_records_read_by_the_driver_equal_a_second_spark_pass(spark,
     read = []
     real = parse._read_in_driver
     monkeypatch.setattr(parse, "_read_in_driver", lambda *a: read.append(1) or real(*a))
-    assert run_batch(spark, config, ds, plan, "driver")["quarantined"] == res.bad > 0
+    assert run_batch(spark, config, ds, plan, "driver").quarantined == res.bad > 0
     assert read == [1]
     by_driver = row_hashes(spark, q_path)
     monkeypatch.setattr(parse, "DRIVER_READ_LIMIT", 0)
-    assert run_batch(spark, config, ds, plan, "spark-pass")["quarantined"] == res.bad
+    assert run_batch(spark, config, ds, plan, "spark-pass").quarantined == res.bad
     assert read == [1]  # the Spark pass this time
     assert row_hashes(spark, q_path) == by_driver and len(by_driver) == res.bad
 
@@ -97,7 +99,10 @@ def test_the_driver_reads_few_records_spread_over_many_1kb_records_within_its_ti
     config = make_config()
     ds = config.dataset("job_views")
     topic = ensure_topic(config, ds)
-    producer = Producer({**config.kafka_client_conf(), "linger.ms": 20, "compression.type": "lz4"})
+    # Idempotent: a retried batch (a broker slow under load) never lands after a later one, so
+    # offset i holds record i.
+    producer = Producer({**config.kafka_client_conf(), "linger.ms": 20, "compression.type": "lz4",
+                         "enable.idempotence": True})
     for i in range(40_000):
         producer.produce(topic, value=(f"{i:08d}" + "x" * 1016).encode(), partition=0)
         if i % 10_000 == 0:
@@ -150,6 +155,9 @@ def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config)
     # Batch covers the first half of every partition; speed covers everything, and keeps running.
     half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in log_bounds(config, ds.topic).items()))
     recompute_and_publish(spark, config, ds, half, "half")
+    # The demo's proof (spark_jobs.compare) tells a view that lacks offsets from the recompute...
+    (short,) = compare(spark, config, DEMO_SQL, [ds.name])
+    assert not short.same and short.served["rows"].sum() < short.full["rows"].sum()
     proc = Managed(config.home, "speed-job_views")
     proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
     try:
@@ -165,6 +173,9 @@ def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config)
         sums = lambda df: {r["user_id"]: (r["n"], r["d"]) for r in df.groupBy("user_id").agg(
             F.count("*").alias("n"), F.sum("duration_ms").alias("d")).collect()}
         assert sums(view) == sums(reference)
+        # ...and says identical once the layers cover the log (every events dataset by default).
+        (full,) = compare(spark, config, DEMO_SQL)
+        assert full.dataset == ds.name and full.same and full.served["rows"].sum() == reference.count()
         assert proc.pid() is not None  # the stream was running throughout
     finally:
         proc.stop(timeout=10)
@@ -203,7 +214,7 @@ def test_changelog_rebuild_equals_last_value_per_key(spark, make_config):
     plan = plan_batch(config, ds)
     assert plan.kind == "rebuild"
     summary = run_batch(spark, config, ds, plan, "rebuild")
-    assert summary["records"] == first.good + second.good and summary["staged"]
+    assert summary.records == first.good + second.good and summary.staged
     # Written aside: the batch table holds the rebuilt state once the quality gate swapped it in.
     assert not Path(config.table_path(ds, "batch")).exists()
     run_quality(spark, config, ds, plan, "rebuild")

@@ -11,7 +11,7 @@ import yaml
 from loglake.core.processes import free_port
 from loglake.kafka.admin import group_offsets, log_bounds
 from loglake.core.processes import Managed, wait_for
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -29,45 +29,45 @@ def noise(text: str) -> list[str]:
 
 def test_bad_arguments_are_rejected_with_the_name(make_config):
     config = make_config()
-    r = loglake(config, "produce", "nope", "--count", "1")
+    r = run_loglake(config, "produce", "nope", "--count", "1")
     assert r.returncode == 2 and "unknown dataset 'nope'; known datasets: company_ceos, job_views" in r.stderr
-    r = loglake(config, "produce", "job_views", "--count", "10", "--bad-fraction", "2")
+    r = run_loglake(config, "produce", "job_views", "--count", "10", "--bad-fraction", "2")
     assert r.returncode == 2 and "--bad-fraction must be within [0, 1], found 2.0" in r.stderr
-    r = loglake(config, "speed", "run", "job_views")
+    r = run_loglake(config, "speed", "run", "job_views")
     assert r.returncode == 2 and "--available-now" in r.stderr
 
 
 def test_produce_then_supervised_stream_start_status_stop(make_config):
     config = make_config()
     ds = config.dataset("job_views")
-    r = loglake(config, "produce", "job_views", "--count", "600", "--bad-fraction", "0.1", "--seed", "7", "--quiet")
+    r = run_loglake(config, "produce", "job_views", "--count", "600", "--bad-fraction", "0.1", "--seed", "7", "--quiet")
     assert r.returncode == 0, r.stderr
     assert "produced 600 records to" in r.stdout and "540 good, 60 malformed" in r.stdout
 
-    r = loglake(config, "speed", "start", "job_views", "--wait", "180")
+    r = run_loglake(config, "speed", "start", "job_views", "--wait", "180")
     assert r.returncode == 0, r.stderr + r.stdout
     proc = Managed(config.home, "speed-job_views")
     try:
         ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
                  "the stream's committed position to reach the log end", log=proc)
-        status = loglake(config, "speed", "status", "job_views")
+        status = run_loglake(config, "speed", "status", "job_views")
         assert status.returncode == 0, status.stderr
         assert f"running (pid {proc.pid()})" in status.stdout
         assert status.stdout.count("lag 0") == ds.partitions
 
         # Start is idempotent: a second start reports the running stream.
-        again = loglake(config, "speed", "start", "job_views")
+        again = run_loglake(config, "speed", "start", "job_views")
         assert "already running" in again.stdout
 
         # New records are picked up by the running stream.
-        loglake(config, "produce", "job_views", "--count", "100", "--seed", "8", "--quiet")
+        run_loglake(config, "produce", "job_views", "--count", "100", "--seed", "8", "--quiet")
         ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,
                  "the stream to pick up new records", log=proc)
     finally:
         pid = proc.pid()
-        stop = loglake(config, "speed", "stop", "job_views")
+        stop = run_loglake(config, "speed", "stop", "job_views")
     assert "speed job_views: stopped" in stop.stdout
     assert proc.pid() is None
     # Nothing of the stream's process group is left behind (supervisor, spark-submit, JVM, python).
@@ -89,20 +89,20 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
     data["profiles"]["test"]["kafka"] = {"bootstrap_servers": f"localhost:{port}", "embedded": True}
     conf.write_text(yaml.safe_dump(data))
     try:
-        r = loglake(config, "kafka", "start")
+        r = run_loglake(config, "kafka", "start")
         assert r.returncode == 0, r.stderr
         assert "started in" in r.stdout and f"localhost:{port}" in r.stdout
-        again = loglake(config, "kafka", "start")
+        again = run_loglake(config, "kafka", "start")
         assert "already running" in again.stdout
-        loglake(config, "produce", "job_views", "--count", "60", "--quiet")
-        status = loglake(config, "kafka", "status")
+        run_loglake(config, "produce", "job_views", "--count", "60", "--quiet")
+        status = run_loglake(config, "kafka", "status")
         assert status.returncode == 0, status.stderr
         assert status.stdout.startswith(f"kafka: answers at localhost:{port};")
         assert f"{config.dataset('job_views').topic}: 6 partition(s), 60 retained offset(s)" in status.stdout
     finally:
-        stop = loglake(config, "kafka", "stop")
+        stop = run_loglake(config, "kafka", "stop")
     assert "kafka: stopped" in stop.stdout
-    down = loglake(config, "kafka", "status", timeout=60)
+    down = run_loglake(config, "kafka", "status", timeout=60)
     assert down.returncode == 2 and "did not answer" in down.stderr
 
 
@@ -114,20 +114,20 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     ds = config.dataset("job_views")
     produce(config, ds, 300, bad_fraction=0.1, seed=8)
     ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
-    r = loglake(config, "batch", "job_views", timeout=600)
+    r = run_loglake(config, "batch", "job_views", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "batch plan for job_views: 6 range(s), 300 offset(s)" in r.stdout
     assert "batch job_views: 270 rows to batch.job_views, 30 to quarantine.job_views" in r.stdout
     assert "quality job_views: 2 expectation(s) on 270 rows passed; published" in r.stdout
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e}
-    again = loglake(config, "batch", "job_views")
+    again = run_loglake(config, "batch", "job_views")
     assert again.returncode == 0 and "job_views: nothing to recompute" in again.stdout
-    query = loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
+    query = run_loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
     assert (query.returncode, query.stdout, query.stderr) == (0, "n\n270\n", "")
 
     # The batch table deleted by mistake: rebuilt from the log (a spark-submit job), published again.
     shutil.rmtree(config.table_path(ds, "batch"))
-    rebuilt = loglake(config, "rebuild", "job_views", "--layer", "batch", timeout=600)
+    rebuilt = run_loglake(config, "rebuild", "job_views", "--layer", "batch", timeout=600)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert "rebuild job_views batch: 270 rows from 300 offset(s) of the log" in rebuilt.stdout
     from loglake.ledger.tables import open_table, query as delta_query
@@ -168,7 +168,7 @@ def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
     a, b = sorted(first, key=first.get)[-2:]
     ranges = [(a, 0, first[a]), (b, 3, ends[b] - 2)]
     requested = sorted((p, o) for p, start, end in ranges for o in range(start, end))
-    r = loglake(config, "backfill", "job_views", *(f"--range={p}:{s}-{e}" for p, s, e in ranges), timeout=600)
+    r = run_loglake(config, "backfill", "job_views", *(f"--range={p}:{s}-{e}" for p, s, e in ranges), timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
 
     batch = query(open_table(config.table_path(ds, "batch")), "SELECT _partition, _offset FROM t")
@@ -194,7 +194,7 @@ def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
     assert not noise(r.stdout + r.stderr), r.stdout + r.stderr
 
     # The time form: the window from between the two produces to now holds the second one's offsets.
-    window = loglake(config, "backfill", "job_views", "--from", between.isoformat(),
+    window = run_loglake(config, "backfill", "job_views", "--from", between.isoformat(),
                      "--to", datetime.now(timezone.utc).isoformat(), "--dry-run")
     assert window.returncode == 0, window.stdout + window.stderr
     second = {p: (first[p], ends[p]) for p in ends if ends[p] > first[p]}

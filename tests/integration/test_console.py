@@ -15,7 +15,7 @@ from loglake.core.config import load_config
 from loglake.core.processes import free_port
 from loglake.testing import write_conf
 
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 from tests.integration.test_cli import noise
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ def test_commands_without_spark_print_loglakes_words(make_config):
     console = []
 
     def run(*args, codes=(0,)) -> subprocess.CompletedProcess:
-        r = loglake(config, *args)
+        r = run_loglake(config, *args)
         console.append(f"$ loglake {' '.join(args)}\n{r.stdout}{r.stderr}")
         assert r.returncode in codes, console[-1]
         assert not noise(r.stdout + r.stderr), console[-1]

@@ -15,7 +15,7 @@ from loglake.ledger.tables import open_table, query
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.streaming import run_speed
 
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_diff_explains_a_changed_row_and_missing_rows(spark, make_config):
     assert "duration_ms: 1 row(s) differ" in text and f"offset {changed}:" in text
 
     # The command line prints the same and exits 0: a diff explains, it does not judge.
-    cli = loglake(config, "diff", "job_views", "--partition", str(p), "--from", "0", "--to", str(end), "--json")
+    cli = run_loglake(config, "diff", "job_views", "--partition", str(p), "--from", "0", "--to", str(end), "--json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["changed"]["columns"]["duration_ms"]["rows"] == 1
 
@@ -70,7 +70,7 @@ def test_diff_rejects_bad_arguments_naming_the_flag(make_config):
                        (["--partition", "0", "--from", "0", "--to", "-5"], "--to"),
                        (["--partition", "0", "--from", "9", "--to", "5"], "--from"),
                        (["--partition", "99", "--from", "0", "--to", "5"], "--partition")):
-        cli = loglake(config, "diff", "job_views", *args)
+        cli = run_loglake(config, "diff", "job_views", *args)
         assert cli.returncode == 2 and f"loglake: error: {flag}:" in cli.stderr, (args, cli.stderr)
     with pytest.raises(ParamError) as e:
         diff_range(config, ds, 6, 0, 1)

@@ -26,7 +26,7 @@ from loglake.core.processes import descendants, wait_for
 from loglake.local.produce import produce
 from loglake.testing import write_conf
 from loglake.ledger.tables import open_table, query
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     ds = config.dataset("job_views")
     produce(config, ds, 400, bad_fraction=0.1, seed=21, progress=False)
     ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items() if hi}
-    r = loglake(config, "batch", "job_views")
+    r = run_loglake(config, "batch", "job_views")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "batch job_views: 360 rows to batch.job_views, 40 to quarantine.job_views" in r.stdout
     assert "(in the shared Spark application)" in r.stdout  # no JVM of its own
@@ -85,7 +85,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
     from loglake.ledger.planning import plan_backfill
-    from spark_jobs.batch import run_batch
+    from spark_jobs.recompute import run_batch
 
     plan = plan_backfill(config, ds, ranges=[f"{p}:0-{e}" for p, e in sorted(ends.items())])
     run_batch(spark, config, ds, plan, "in-process")
@@ -159,7 +159,7 @@ def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(se
     wait_for(lambda: (shared_app.ping(config) or {}).get("pid") not in (None, old), 240,
              "the shared application to come back")
     assert shared_app.process(config).pid() == supervisor and len(descendants(supervisor)) > 1
-    r = loglake(config, "batch", "company_ceos")
+    r = run_loglake(config, "batch", "company_ceos")
     assert r.returncode == 0 and "(in the shared Spark application)" in r.stdout, r.stdout + r.stderr
 
 

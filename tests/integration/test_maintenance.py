@@ -90,7 +90,7 @@ def test_expiry_removes_speed_rows_below_the_watermark_only(spark, make_config):
     assert offsets(read("quarantine").where("_layer = 'speed'")) == speed_quarantine_above
     assert offsets(read("quarantine").where("_layer = 'batch'")) == batch_quarantine
     assert row_hashes(serving_view(spark, config, ds)) == view_before
-    expired = {r["table"]: r["rows_deleted"] for r in summary["operations"] if r["operation"] == "expire"}
+    expired = {r["table"]: r["rows_deleted"] for r in summary.operations if r["operation"] == "expire"}
     assert expired[ds.tables.speed] == speed_below
     assert set(expired) == {ds.tables.speed, ds.tables.quarantine}  # never the batch table
 
@@ -150,8 +150,8 @@ def test_short_vacuum_retention_runs_only_when_allowed_explicitly(spark, make_co
     speed_path = config.table_path(ds, "speed")
     operations = [h["operation"] for h in history(spark, speed_path)]
     assert "VACUUM START" in operations and "VACUUM END" in operations
-    vac = next(r for r in summary["operations"] if r["table"] == ds.tables.speed and r["operation"] == "vacuum")
-    opt = next(r for r in summary["operations"] if r["table"] == ds.tables.speed and r["operation"] == "optimize")
+    vac = next(r for r in summary.operations if r["table"] == ds.tables.speed and r["operation"] == "vacuum")
+    opt = next(r for r in summary.operations if r["table"] == ds.tables.speed and r["operation"] == "optimize")
     # With no retention, the files OPTIMIZE replaced are deleted from storage.
     assert vac["files_before"] > vac["files_after"] == opt["files_after"]
     assert spark.read.format("delta").load(speed_path).count() == res.good + 300

@@ -14,7 +14,7 @@ from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
 from spark_jobs import parse
-from spark_jobs.batch import run_batch
+from spark_jobs.recompute import run_batch
 from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def test_batch_flood_passes_through_quarantine_with_bounded_driver_memory(spark,
     ds = config.dataset("job_views")
     flood(config, ds)
     summary = run_batch(spark, config, ds, plan_batch(config, ds), "flood")
-    assert (summary["records"], summary["quarantined"]) == (400, FLOOD)
+    assert (summary.records, summary.quarantined) == (400, FLOOD)
     rows = quarantined(config, ds, "batch")
     assert len(rows) == len({(r["_partition"], r["_offset"]) for r in rows}) == FLOOD
     assert all(r["reason_code"] for r in rows)

@@ -13,11 +13,11 @@ from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.results import data_docs_dir, last_quality
 from loglake.ledger.tables import open_table, query
-from spark_jobs.batch import run_batch
+from spark_jobs.recompute import run_batch
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.core.errors import QualityGateError
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.quality import run_quality
+from spark_jobs.gate import run_quality
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +65,8 @@ def test_failing_warn_expectation_publishes_and_is_recorded(spark, make_config):
     produce(config, ds, 300, seed=72)
     plan = plan_batch(config, ds)
     summary = recompute_and_publish(spark, config, ds, plan, "gate-2")
-    assert summary["quality"]["published"] and summary["quality"]["rows"] == 300
-    assert [w["column"] for w in summary["quality"]["warned"]] == ["duration_ms"]
+    assert summary.quality.published and summary.quality.rows == 300
+    assert [w.column for w in summary.quality.warned] == ["duration_ms"]
     assert batch_watermarks(config, ds) == {r.partition: r.end for r in plan.ranges if r.size}
     results = query(open_table(config.system_table_path(QUALITY_RESULTS)),
                     "SELECT expectation, severity, success, unexpected_count, observed, published FROM t "
@@ -105,8 +105,8 @@ def test_two_ranges_of_one_partition_are_both_written_and_published(spark, make_
     half = end0 // 2
     plan = plan_backfill(config, ds, ranges=[f"0:0-{half}", f"0:{half}-{end0}"])
     summary = recompute_and_publish(spark, config, ds, plan, "two-ranges")
-    assert summary["records"] + summary["quarantined"] == end0
-    assert summary["quality"]["published"]
+    assert summary.records + summary.quarantined == end0
+    assert summary.quality.published
     # The table still holds every row of the partition, each once.
     assert query(open_table(batch_path), "SELECT _partition, _offset FROM t ORDER BY 1, 2") == before
     mine = [r for r in ledger_rows(config, ds) if r["run_id"] == "two-ranges"]

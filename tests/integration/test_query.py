@@ -22,7 +22,7 @@ from loglake.ledger.tables import snapshot
 from spark_jobs.pipeline import recompute_and_publish
 from loglake.serving.spark import query
 from spark_jobs.streaming import run_speed
-from tests.integration.commands import loglake as cli
+from loglake.testing import run_loglake as cli
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from loglake.kafka.admin import admin
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.lifecycle.rebuilds import check_layer
-from spark_jobs.batch import recompute_from_log
+from spark_jobs.recompute import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.rebuild import rebuild
 from loglake.serving.spark import query
@@ -45,16 +45,16 @@ def test_batch_and_speed_tables_are_rebuilt_from_the_log(spark, make_config):
 
     shutil.rmtree(config.table_path(ds, "batch"))  # deleted by mistake
     out = rebuild(spark, config, ds, "batch", "rebuild-batch")
-    assert (out["records"], out["quarantined"], out["set_aside"]) == (285, 15, None)  # nothing left to set aside
+    assert (out.records, out.quarantined, out.set_aside) == (285, 15, None)  # nothing left to set aside
     assert served(spark, config, "job_views") == before
 
     speed = Path(config.table_path(ds, "speed"))
     for f in list(speed.glob("*.parquet"))[:2]:  # damaged: data files gone
         f.unlink()
     out = rebuild(spark, config, ds, "speed", "rebuild-speed")
-    assert Path(out["set_aside"]).exists() and (out["offsets"], out["records"], out["quarantined"]) == (100, 95, 5)
+    assert Path(out.set_aside).exists() and (out.offsets, out.records, out.quarantined) == (100, 95, 5)
     assert served(spark, config, "job_views") == before
-    assert audit_dataset(config, ds, record=False)["ok"]
+    assert audit_dataset(config, ds, record=False).ok
 
     # Retention deleted offsets the batch table holds: refused, nothing moved.
     client = admin(config)

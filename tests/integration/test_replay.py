@@ -13,12 +13,12 @@ from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.lifecycle.replays import replay_lines
 from loglake.ledger.tables import open_table
-from spark_jobs.batch import recompute_from_log
+from spark_jobs.recompute import recompute_from_log
 from spark_jobs.pipeline import recompute_and_publish
 from spark_jobs.replay import replay, revalidated
 from loglake.serving.spark import query, serving_view
 from spark_jobs.streaming import run_speed
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 from tests.integration.test_cli import noise
 from tests.integration.test_schema_evolution import JOB_VIEWS_FIELDS, evolved
 
@@ -72,9 +72,9 @@ def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, ma
     untouched = versions(config, ds)
     dry = replay(spark, config, ds, "dry", dry_run=True)
     assert versions(config, ds) == untouched
-    assert sum(dry["speed"]["valid"].values()) == len(accepted["speed"])
-    assert sum(dry["batch"]["valid"].values()) == len(accepted["batch"])
-    assert set(dry["speed"]["valid"]) <= {"out_of_domain", "missing_field"}
+    assert sum(dry.speed["valid"].values()) == len(accepted["speed"])
+    assert sum(dry.batch["valid"].values()) == len(accepted["batch"])
+    assert set(dry.speed["valid"]) <= {"out_of_domain", "missing_field"}
     lines = replay_lines(dry)
     assert lines[0].startswith(f"replay job_views speed: would move {len(accepted['speed'])} (")
     assert "stay quarantined" in lines[0] and "would recompute" in lines[2]
@@ -86,7 +86,7 @@ def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, ma
         said.append(f"replay job_views {layer}: moved {len(accepted[layer])} "
                     f"({reasons(spark, config, layer, accepted[layer])}); {len(stay)} stay quarantined "
                     f"({reasons(spark, config, layer, stay)})")
-    r = loglake(config, "replay", "job_views", timeout=600)
+    r = run_loglake(config, "replay", "job_views", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not noise(r.stdout + r.stderr), r.stdout + r.stderr
     lines = r.stdout.splitlines()
@@ -107,13 +107,13 @@ def test_replay_moves_what_a_loosened_rule_accepts_once_in_both_layers(spark, ma
     served = sorted(tuple(r) for r in serving_view(spark, config, ds).select(*cols).collect())
     truth = sorted(tuple(r) for r in recompute_from_log(spark, config, ds).select(*cols).collect())
     assert served == truth and len(truth) > 540
-    assert audit_dataset(config, ds, record=False)["ok"]
+    assert audit_dataset(config, ds, record=False).ok
     assert any(f"replay {run_id}" in e["meaning"] for e in table_history(config, "speed.job_views", 5))
 
     # Twice is once: nothing moves and no table changes.
     settled = versions(config, ds)
     again = replay(spark, config, ds, "replay-2")
-    assert not any(again["speed"]["valid"].values()) and not any(again["batch"]["valid"].values())
+    assert not any(again.speed["valid"].values()) and not any(again.batch["valid"].values())
     assert versions(config, ds) == settled
     assert replay_lines(again)[0].startswith("replay job_views speed: moved 0 (none)")
 
@@ -130,8 +130,8 @@ def test_a_replayed_change_sets_the_latest_state_the_serving_view_has(spark, mak
     config = make_config(topic_suffix="replay-cl", datasets={"company_ceos": {"schema": optional}})
     ds = config.dataset("company_ceos")
     summary = replay(spark, config, ds, "replay-cl", reason_code="missing_field")
-    assert summary["speed"]["valid"].get("missing_field"), summary
-    assert set(summary["speed"]["valid"]) | set(summary["speed"]["invalid"]) == {"missing_field"}
+    assert summary.speed["valid"].get("missing_field"), summary
+    assert set(summary.speed["valid"]) | set(summary.speed["invalid"]) == {"missing_field"}
 
     latest = sorted(tuple(r) for r in query(spark, config, "SELECT company_id, company, ceo FROM "
                                                            "speed.company_ceos_latest").collect())
@@ -139,4 +139,4 @@ def test_a_replayed_change_sets_the_latest_state_the_serving_view_has(spark, mak
     truth = sorted(tuple(r) for r in recompute_from_log(spark, config, ds).select("company_id", "company", "ceo")
                    .collect())
     assert latest == view == truth
-    assert audit_dataset(config, ds, record=False)["ok"]
+    assert audit_dataset(config, ds, record=False).ok

@@ -12,10 +12,10 @@ import pytest
 from loglake.core.errors import QualityGateError
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
-from spark_jobs.batch import recompute_from_log, run_batch
+from spark_jobs.recompute import recompute_from_log, run_batch
 from spark_jobs.maintenance import run_maintenance
 from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.quality import run_quality
+from spark_jobs.gate import run_quality
 from loglake.serving.spark import query, serving_view
 from spark_jobs.streaming import run_speed
 
@@ -39,7 +39,7 @@ def test_a_registered_view_never_wavers_while_batch_and_maintenance_run(spark, m
     assert view.count() == 1000
     # A batch run publishes a higher watermark, then maintenance expires the speed rows below it.
     recompute_and_publish(spark, config, ds, plan_batch(config, ds), "second")
-    assert run_maintenance(spark, config, ds)["rows_expired"] == 1000  # every speed row: batch covers them
+    assert run_maintenance(spark, config, ds).rows_expired == 1000  # every speed row: batch covers them
     assert view.count() == 1000  # the same view: pinned
     assert query(spark, config, "SELECT count(*) AS n FROM job_views").first()["n"] == 1000  # and a new one
 

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from loglake.ops.audit import audit_dataset, format_audit
 from loglake.kafka.admin import admin, log_bounds
 from loglake.local.produce import produce
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_aft
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 1200, bad_fraction=0.05, seed=301)
-    r = loglake(config, "speed", "run", "job_views", "--available-now")
+    r = run_loglake(config, "speed", "run", "job_views", "--available-now")
     assert r.returncode == 0, r.stdout + r.stderr
     # The position record in the consumer group follows the checkpoint asynchronously and may
     # not have arrived ("the final position is not recorded in Kafka yet"): the checkpoint, not
@@ -33,15 +33,15 @@ def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_aft
     for fut in client.delete_records([TopicPartition(ds.topic, p, o) for p, o in cut.items()]).values():
         fut.result(timeout=30)
 
-    r = loglake(config, "speed", "run", "job_views", "--available-now")
+    r = run_loglake(config, "speed", "run", "job_views", "--available-now")
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "Traceback" not in out and "StreamingQueryException" not in out and "at org.apache" not in out, out
     assert "data loss" in out and f"{ds.topic}[" in out and "loglake accept-loss job_views" in out, out
 
-    r = loglake(config, "accept-loss", "job_views", "--reason", "retention test")
+    r = run_loglake(config, "accept-loss", "job_views", "--reason", "retention test")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = loglake(config, "speed", "run", "job_views", "--available-now")
+    r = run_loglake(config, "speed", "run", "job_views", "--available-now")
     assert r.returncode == 0, r.stdout + r.stderr
 
     # Every retained offset once (speed ∪ its quarantine); the serving view = retained log − quarantine.
@@ -55,7 +55,7 @@ def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_aft
     assert len(after_cut) == len(set(after_cut)) and set(after_cut) == retained
     audit = audit_dataset(config, ds, record=False)
     assert audit.ok, "\n".join(format_audit(audit))
-    served = loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
+    served = run_loglake(config, "query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
     assert served.returncode == 0, served.stderr
     n_quarantined = len({x for x in quarantine.select("_partition", "_offset").collect() if x[1] >= cut[x[0]]})
     assert int(served.stdout.splitlines()[1]) == len(retained) - n_quarantined

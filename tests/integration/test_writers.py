@@ -7,7 +7,7 @@ import os
 import pytest
 
 from loglake.local.produce import produce
-from tests.integration.commands import loglake
+from loglake.testing import run_loglake
 from tests.unit.test_locks import hold
 
 pytestmark = pytest.mark.integration
@@ -17,21 +17,21 @@ def test_maintenance_waits_for_the_holder_names_it_and_runs_once_it_is_gone(make
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 100, seed=5)
-    assert loglake(config, "speed", "run", "job_views", "--available-now").returncode == 0
+    assert run_loglake(config, "speed", "run", "job_views", "--available-now").returncode == 0
     holder, _token = hold(config, 600)
     try:
         os.environ["LOGLAKE_WRITER_WAIT_SECONDS"] = "3"
-        r = loglake(config, "maintain", "job_views")
+        r = run_loglake(config, "maintain", "job_views")
         assert r.returncode != 0
         assert f"dataset job_views is being written by maintenance run run-7 (pid {holder.pid} on" in r.stderr
         assert "Traceback" not in r.stderr + r.stdout
-        status = loglake(config, "speed", "status", "job_views")
+        status = run_loglake(config, "speed", "status", "job_views")
         assert f"writer: maintenance run run-7 (pid {holder.pid} on" in status.stdout
     finally:
         os.environ.pop("LOGLAKE_WRITER_WAIT_SECONDS", None)
         holder.kill()
         holder.wait()
     # The holder crashed (killed): its lease never blocks the next writer.
-    r = loglake(config, "maintain", "job_views")
+    r = run_loglake(config, "maintain", "job_views")
     assert r.returncode == 0, r.stderr
-    assert "writer: none (free)" in loglake(config, "speed", "status", "job_views").stdout
+    assert "writer: none (free)" in run_loglake(config, "speed", "status", "job_views").stdout

@@ -193,14 +193,14 @@ def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_waterma
 def test_replay_dag_moves_the_records_of_its_reason_code_that_the_loosened_conf_accepts(make_config, airflow_db):
     import json
 
-    from tests.integration.commands import loglake
+    from loglake.testing import run_loglake
     from tests.integration.test_replay import LOOSENED
     from tests.integration.test_schema_evolution import evolved
 
     config = make_config(topic_suffix="replay-dag", datasets=evolved())
     ds = config.dataset("job_views")
     produce(config, ds, 200, bad_fraction=0.4, seed=14, progress=False)
-    speed_run = loglake(config, "speed", "run", "job_views", "--available-now", timeout=600)
+    speed_run = run_loglake(config, "speed", "run", "job_views", "--available-now", timeout=600)
     assert speed_run.returncode == 0, speed_run.stdout + speed_run.stderr
     quarantine = query(open_table(config.table_path(ds, "quarantine")),
                        "SELECT _partition, _offset, reason_code, value FROM t WHERE _layer = 'speed'")

@@ -20,7 +20,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,7 +149,7 @@ def secure(tmp_path_factory):
 
 
 def test_kafka_start_runs_sasl_ssl_and_status_names_its_address(secure):
-    assert f"kafka: started in" in secure.started.stdout and f"at localhost:{secure.port}" in secure.started.stdout
+    assert "kafka: started in" in secure.started.stdout and f"at localhost:{secure.port}" in secure.started.stdout
     again = secure.loglake("kafka", "start")
     assert again.returncode == 0 and f"already running at localhost:{secure.port}" in again.stdout
     status = secure.loglake("kafka", "status")

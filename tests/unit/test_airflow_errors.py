@@ -19,6 +19,7 @@ from loglake.core.errors import (
     DataLossError,
     JobCancelled,
     JobError,
+    JobFailure,
     KafkaAuthenticationError,
     KafkaUnavailableError,
     ParamError,
@@ -27,7 +28,6 @@ from loglake.core.errors import (
     StreamRunningError,
     WriterBusyError,
 )
-from loglake.jobs.protocol import failure
 from loglake.ledger.planning import Plan
 
 
@@ -62,7 +62,7 @@ PERMANENT = [
     SchemaChangeError("job_views", "user_id: string -> long", "add a field instead", file="conf/datasets/job_views.yaml",
                       key="schema.user_id"),
     KafkaAuthenticationError("the broker refused loglake's login: SASL authentication failed"),
-    JobError("batch", "job_views", 1, failure(QUALITY)),
+    JobError("batch", "job_views", 1, JobFailure.of(QUALITY)),
 ]
 TRANSIENT = [
     KafkaUnavailableError("topic 'job_views' does not exist on localhost:9"),
@@ -152,12 +152,13 @@ def test_a_jobs_failure_summary_maps_the_same_way():
     from loglake_airflow.errors import summary_error
 
     AirflowException, AirflowFailException = exceptions()
-    gate = summary_error(failure(QUALITY))
+    gate = summary_error(JobFailure.of(QUALITY))
     assert type(gate) is AirflowFailException
     assert str(gate).startswith("QualityGateError: quality gate failed for job_views")
-    busy = summary_error(failure(WriterBusyError("job_views", HOLDER, 30.0)))
+    busy = summary_error(JobFailure.of(WriterBusyError("job_views", HOLDER, 30.0)))
     assert type(busy) is AirflowException and str(busy).startswith("WriterBusyError: dataset job_views")
-    died = summary_error({"error": "the shared application went away", "error_type": "SharedApplicationLost"})
+    died = summary_error(JobFailure.from_dict({"error": "the shared application went away",
+                                               "error_type": "SharedApplicationLost"}))
     assert type(died) is AirflowException  # said nothing about retries: another attempt
 
 

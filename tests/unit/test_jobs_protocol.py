@@ -6,9 +6,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from loglake.core import errors
-from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, DataLossError, JobError, KafkaUnavailableError,
-                            ParamError, QualityGateError, is_transient, known_transient)
-from loglake.jobs.protocol import SUMMARY_PREFIX, JobRequest, failure, read_summary, report, summary_file_of
+from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, DataLossError, JobError, JobFailure,
+                                 KafkaUnavailableError, ParamError, QualityGateError, is_transient, known_transient)
+from loglake.jobs import registry, summaries
+from loglake.jobs.launch import JobOutcome
+from loglake.jobs.protocol import SUMMARY_PREFIX, JobRequest, read_failure, read_summary, report, summary_file_of
+from loglake.jobs.summaries import (BatchSummary, FailedExpectation, MaintenanceSummary, QualitySummary,
+                                    RebuildSummary, ReplaySummary, SpeedSummary)
 from loglake.core.offsets import OffsetRange
 from loglake.ledger.planning import Plan
 from loglake.core.retrying import attempts_made
@@ -35,10 +39,11 @@ def test_a_request_round_trips_through_its_arguments(request_):
     (lambda: JobRequest("batch", "company_ceos", PLAN), "plan"),
     (lambda: JobRequest("quality", "job_views", PLAN), "run_id"),
     (lambda: JobRequest("rebuild", "job_views", run_id="r"), "layer"),
+    (lambda: JobRequest("rebuild", "job_views", layer="batch"), "run_id"),
     (lambda: JobRequest("replay", "job_views"), "run_id"),
     (lambda: JobRequest.parse("batch", ["--plan", PLAN.to_json()]), "arguments"),
     (lambda: JobRequest.parse("batch", ["--dataset", "job_views", "--plan", "{not json"]), "plan"),
-], ids=["unknown-job", "no-plan", "plan-of-another-dataset", "quality-without-run", "rebuild-without-layer",
+], ids=["unknown-job", "no-plan", "plan-of-another-dataset", "quality-without-run", "rebuild-without-layer", "rebuild-without-run",
         "replay-without-run", "no-dataset", "bad-plan"])
 def test_bad_requests_name_the_field(make, field):
     with pytest.raises(ParamError) as e:
@@ -47,17 +52,58 @@ def test_bad_requests_name_the_field(make, field):
 
 
 def test_the_summary_is_one_guarded_line(tmp_path, capsys):
-    report({"records": 3, "seconds": 1.5}, None)
+    summary = SpeedSummary(dataset="job_views", records=3, seconds=1.5)
+    report(summary, None)
     out = capsys.readouterr().out
-    assert out.startswith(SUMMARY_PREFIX) and read_summary(out) == {"records": 3, "seconds": 1.5}
+    assert out.startswith(SUMMARY_PREFIX) and read_summary(out) == summary.to_dict()
     noise = "\n".join(["{not json", '{"records": 9}', f"{SUMMARY_PREFIX}[1, 2]", f"{SUMMARY_PREFIX}{{broken",
                        out.strip(), "WARNING: Using incubator modules: jdk.incubator.vector"])
-    assert read_summary(noise) == {"records": 3, "seconds": 1.5}  # only a prefixed JSON object counts
+    assert read_summary(noise) == summary.to_dict()  # only a prefixed JSON object counts
     assert read_summary('{"records": 9}') is None and read_summary(None) is None
-    report({"ok": True}, str(tmp_path / "s"))
-    assert read_summary((tmp_path / "s").read_text()) == {"ok": True}
+    report(JobFailure.of(DataLossError("t", 0, 0, 5)), str(tmp_path / "s"))
+    assert read_failure(tmp_path / "s") == JobFailure.of(DataLossError("t", 0, 0, 5))
+    report(summary, str(tmp_path / "ok"))
+    assert read_failure(tmp_path / "ok") is None and read_failure(tmp_path / "none") is None
     assert summary_file_of(["--dataset", "x", "--summary-file", "/a/b"]) == "/a/b"
     assert summary_file_of(["--summary-file"]) is None
+
+
+QUALITY = QualitySummary(dataset="job_views", run_id="r", ranges=2, expectations=3, published=False, rows=10,
+                         failed=(FailedExpectation("expect_column_values_to_not_be_null", "url", 2, 10, [4, 7]),),
+                         phases={"validate": 1.25})
+SUMMARIES = [
+    BatchSummary(dataset="job_views", run_id="r", ranges=2, records=8, quarantined=2, schema_version=3,
+                 records_per_second=900, seconds=0.011, start_seconds=4.5, shared_application=False, quality=QUALITY),
+    QUALITY,
+    SpeedSummary(dataset="job_views", batches=2, records=40, processing_seconds=1.5, records_per_second=27),
+    MaintenanceSummary(dataset="company_ceos", run_id="m", tables=4, watermarks={0: 12, 3: 40}, rows_expired=5,
+                       vacuum_retention_hours=168.0, operations=[{"table": "speed.company_ceos", "attempts": 1}]),
+    RebuildSummary(dataset="company_ceos", run_id="r", layer="latest", from_batch_version=7, offsets=9, records=3),
+    ReplaySummary(dataset="job_views", run_id="r", reason_code="out_of_domain",
+                  speed={"valid": {"out_of_domain": 2}, "invalid": {}}, batch={"valid": {}, "invalid": {}},
+                  batch_ranges=["job_views[0] [0, 10)"], batch_published=False, quality=QUALITY),
+]
+
+
+@pytest.mark.parametrize("summary", SUMMARIES, ids=lambda s: s.job)
+def test_every_jobs_summary_comes_back_as_its_own_type(summary, tmp_path):
+    """What a job reports (JSON through a summary file) is read back as the value it was."""
+    assert set(summaries.SUMMARIES) == set(registry.JOBS)
+    report(summary, str(tmp_path / "s"))
+    outcome = JobOutcome.of(summary.job, 0, read_summary((tmp_path / "s").read_text()), tmp_path / "log")
+    assert outcome.ok and outcome.failure is None and outcome.summary == summary
+
+
+def test_a_failure_or_silence_is_not_a_summary_and_says_why(tmp_path):
+    gone = JobOutcome.of("batch", 2, JobFailure.of(DataLossError("t", 0, 0, 5)).to_dict(), tmp_path / "log")
+    assert not gone.ok and gone.summary is None and gone.failure.error_type == "DataLossError"
+    error = gone.error("job_views")
+    assert not error.transient and "DataLossError" in str(error) and str(tmp_path / "log") in str(error)
+    died = JobOutcome.of("batch", 137, None, tmp_path / "log")
+    assert not died.ok and died.failure is None and died.error("job_views").transient
+    with pytest.raises(ParamError) as e:  # a field the job's type does not have: a bug, said at once
+        summaries.parse("batch", {"dataset": "job_views", "rows_written": 3})
+    assert "rows_written" in str(e.value)
 
 
 def kafka_error(code) -> KafkaException:
@@ -76,14 +122,14 @@ def kafka_error(code) -> KafkaException:
     (kafka_error(KafkaError.NOT_LEADER_FOR_PARTITION), True),  # a broker that just restarted
     (kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART), False),
     (kafka_error(KafkaError.TOPIC_AUTHORIZATION_FAILED), False),
-    (JobError("batch", "job_views", 2, failure(DataLossError("t", 0, 0, 5))), False),
-    (JobError("batch", "job_views", 2, failure(KafkaUnavailableError("down"))), True),
+    (JobError("batch", "job_views", 2, JobFailure.of(DataLossError("t", 0, 0, 5))), False),
+    (JobError("batch", "job_views", 2, JobFailure.of(KafkaUnavailableError("down"))), True),
     (JobError("batch", "job_views", 137, None), True),  # died without a word: worth another attempt
     (MemoryError(), True),
 ], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
 def test_every_error_says_whether_a_retry_can_help(error, transient):
     assert is_transient(error) is transient
-    assert failure(error)["transient"] is transient
+    assert JobFailure.of(error).transient is transient
 
 
 def test_retries_within_a_call_take_only_errors_known_to_pass():

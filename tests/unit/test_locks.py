@@ -15,7 +15,6 @@ import pytest
 from loglake.ledger import leases
 from loglake.core.config import load_config
 from loglake.core.errors import ConfigError, JobCancelled, WriterBusyError
-from loglake.core.processes import wait_for
 from loglake.testing import write_conf
 
 HOLD = textwrap.dedent('''

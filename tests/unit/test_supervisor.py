@@ -13,19 +13,20 @@ import time
 JOB = textwrap.dedent('''
     import sys
     from pathlib import Path
-    from loglake.core.errors import ConfigError, KafkaUnavailableError
-    from loglake.jobs.protocol import failure, report
+    from loglake.core.errors import ConfigError, JobFailure, KafkaUnavailableError
+    from loglake.jobs.protocol import report
+    from loglake.jobs.summaries import SpeedSummary
     runs, plan, summary, progress = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[4], Path(sys.argv[6])
     n = len(runs.read_text().splitlines()) if runs.exists() else 0
     runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
     outcome = plan[min(n, len(plan) - 1)]
     if outcome == "ok":
-        report({"records": 1}, summary)
+        report(SpeedSummary(dataset="job_views", records=1), summary)
         sys.exit(0)
     if outcome == "progress":  # ran healthy (committed a micro-batch), then crashed
         progress.write_text("{}")
     error = ConfigError("pattern broken", key="k") if outcome == "permanent" else KafkaUnavailableError("gone")
-    report(failure(error), summary)
+    report(JobFailure.of(error), summary)
     sys.exit(2)
 ''')
 

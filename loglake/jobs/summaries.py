@@ -1,0 +1,178 @@
+"""What a Spark job answers with: one typed summary per job, or a ``JobFailure``.
+
+A job builds its summary as one of these values; ``loglake.jobs.protocol`` carries it as
+a JSON object (``to_dict``) and the caller reads it back (``parse``) into the same type, so
+the CLI, the Airflow operators, the benchmarks and the tests read fields, not keys.
+``JobSummary`` holds what every job's run reports; each job adds its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from loglake.core.errors import JobFailure, ParamError
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSummary:
+    """A job's run. ``start_seconds``: until its Spark session was ready (JVM start, or none
+    in the shared application); ``shared_application``: it ran there; ``queued_seconds`` and
+    ``start_wait_seconds``: waited in that application's queue, and for it to start."""
+
+    job: ClassVar[str] = ""
+    dataset: str
+    run_id: str | None = None
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    start_seconds: float | None = None
+    shared_application: bool | None = None
+    queued_seconds: float | None = None
+    start_wait_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ParamError("summary", f"the {cls.job} job's summary has no field {', '.join(unknown)}")
+        return cls(**value)
+
+
+@dataclass(frozen=True)
+class FailedExpectation:
+    """One expectation that did not hold, as the quality gate reports it."""
+
+    expectation: str
+    column: str | None
+    unexpected_count: int | None
+    element_count: int | None
+    sample_offsets: list = field(default_factory=list)
+
+
+def _failed_expectations(values) -> tuple[FailedExpectation, ...]:
+    return tuple(v if isinstance(v, FailedExpectation) else FailedExpectation(**v) for v in values or ())
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualitySummary(JobSummary):
+    """The quality gate: ``published`` when no ``fail`` expectation failed (and no foreign
+    commit was found); ``rows`` validated; the expectations that ``failed`` and ``warned``."""
+
+    job: ClassVar[str] = "quality"
+    ranges: int = 0
+    expectations: int = 0
+    published: bool = False
+    rows: int = 0
+    staged: bool = False
+    failed: tuple[FailedExpectation, ...] = ()
+    warned: tuple[FailedExpectation, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "failed", _failed_expectations(self.failed))
+        object.__setattr__(self, "warned", _failed_expectations(self.warned))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchSummary(JobSummary):
+    """A recompute of exact ranges: valid ``records`` written, ``quarantined`` ones, and,
+    when run with the quality gate in one process, its ``quality`` summary."""
+
+    job: ClassVar[str] = "batch"
+    ranges: int = 0
+    records: int = 0
+    quarantined: int = 0
+    staged: bool = False
+    schema_version: int | None = None
+    records_per_second: int | None = None
+    quality: QualitySummary | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.quality, dict):
+            object.__setattr__(self, "quality", QualitySummary.from_dict(self.quality))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeedSummary(JobSummary):
+    """The speed stream's run: the micro-batches it made and their processing time (JVM start excluded)."""
+
+    job: ClassVar[str] = "speed"
+    batches: int = 0
+    records: int = 0
+    processing_seconds: float = 0.0
+    records_per_second: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceSummary(JobSummary):
+    """Expire, optimize, vacuum: the tables touched, the watermarks expiry used, and one row
+    of the maintenance log per operation (``operations``)."""
+
+    job: ClassVar[str] = "maintenance"
+    tables: int = 0
+    watermarks: dict[int, int] = field(default_factory=dict)
+    rows_expired: int = 0
+    vacuum_retention_hours: float = 0.0
+    operations: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:  # JSON keys are strings
+        object.__setattr__(self, "watermarks", {int(p): int(o) for p, o in self.watermarks.items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RebuildSummary(JobSummary):
+    """A table rebuilt from the log: the old one ``set_aside`` (its new name, None if there was
+    none), the ``offsets`` read and the rows the new table holds."""
+
+    job: ClassVar[str] = "rebuild"
+    layer: str
+    set_aside: str | None = None
+    offsets: int = 0
+    records: int = 0
+    quarantined: int | None = None
+    ranges: int | None = None  # batch
+    checkpoint_set_aside: str | None = None  # speed
+    from_batch_version: int | None = None  # latest
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaySummary(JobSummary):
+    """Quarantined records re-read: per layer, counts by reason of those the current config
+    now accepts (``valid``) and still refuses (``invalid``); the batch ranges recomputed and
+    whether the quality gate published them."""
+
+    job: ClassVar[str] = "replay"
+    reason_code: str | None = None
+    dry_run: bool = False
+    speed: dict[str, dict[str, int]] = field(default_factory=dict)
+    batch: dict[str, dict[str, int]] = field(default_factory=dict)
+    batch_ranges: list[str] = field(default_factory=list)
+    batch_published: bool | None = None
+    quality: QualitySummary | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.quality, dict):
+            object.__setattr__(self, "quality", QualitySummary.from_dict(self.quality))
+
+
+SUMMARIES: dict[str, type[JobSummary]] = {
+    t.job: t for t in (BatchSummary, QualitySummary, SpeedSummary, MaintenanceSummary, RebuildSummary, ReplaySummary)}
+
+Outcome = JobSummary | JobFailure
+
+
+def parse(job: str, value: dict[str, Any] | None) -> Outcome | None:
+    """The typed summary of ``job`` a JSON object holds: a ``JobFailure`` when it reports an
+    error, else the job's own summary type. None stays None (the job said nothing)."""
+    if value is None:
+        return None
+    if "error" in value:
+        return JobFailure.from_dict(value)
+    try:
+        kind = SUMMARIES[job]
+    except KeyError:
+        raise ParamError("job", f"{job!r} is not one of {', '.join(SUMMARIES)}") from None
+    return kind.from_dict(value)

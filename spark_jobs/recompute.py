@@ -1,0 +1,147 @@
+"""The batch layer's work: recompute exact offset ranges from Kafka into Delta, replayably.
+
+``run_batch`` is what the batch job (``spark_jobs/batch.py``) runs, and what the rebuild
+and replay jobs run through ``spark_jobs.pipeline``. For an events dataset it reads exactly the
+planned ranges, applies the speed layer's parse/validate/transform, and *replaces* those
+offsets in ``batch.<dataset>`` and in the batch part of ``quarantine.<dataset>`` — one
+Delta transaction per table (``replaceWhere``, or a plain append for a range no row holds yet,
+which the speed stream's appends to the quarantine table never conflict with:
+``delta_io.replace_rows``) — so running a range twice, or again after
+a crash half-way, leaves identical tables. A changelog dataset's latest state is rebuilt
+from its whole retained log. Only then is each range recorded in the offsets ledger,
+which is what advances the watermark.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import OffsetError
+from loglake.core.offsets import OffsetRange
+from loglake.core.predicates import range_predicate
+from loglake.jobs.protocol import Phases
+from loglake.jobs.summaries import BatchSummary
+from loglake.kafka.admin import dataset_bounds
+from loglake.ledger.leases import appends_paused
+from loglake.ledger.planning import Plan
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.tables import staging_path
+from spark_jobs import delta_io, evolution, parse
+from spark_jobs.kafka_source import check_retained, read_ranges
+from spark_jobs.system_tables import append_ledger
+
+
+def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> DataFrame:
+    """What the serving view must equal: the whole retained log through the same code.
+
+    Events: every valid record, transformed. Changelog: the latest state by key.
+    """
+    log = dataset_bounds(config, ds)
+    ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
+    valid = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
+    if ds.kind == "changelog":
+        return delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+    return valid
+
+
+def must_stage(config: Config, ds: Dataset, ranges: list[OffsetRange]) -> bool:
+    """Whether rows written for ``ranges`` would be served before their quality gate ran:
+    a changelog's rebuilt state (it replaces the whole table), or an events range below its
+    partition's watermark (a backfill). Ranges at or above the watermark are written in
+    place: the serving view reads batch rows only below it, and only the gate moves it."""
+    if ds.kind == "changelog":
+        return True
+    marks = batch_watermarks(config, ds)
+    return any(r.partition in marks and r.start < marks[r.partition] for r in ranges)
+
+
+def _replace(df: DataFrame, ds: Dataset, path: str, predicate: str, pause=None) -> None:
+    delta_io.replace_rows(df.sparkSession, df, path, predicate, pause, ds.stats_columns)
+
+
+def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
+           validated: DataFrame, batch_path: str, quarantine_path: str, pause, phases: Phases) -> dict:
+    """The batch run's writes: valid rows, then its quarantine; the observed counts."""
+    # The first write reads, validates and counts (per partition, for the ledger).
+    exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
+    observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
+                                          exact=exact)
+    valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
+    if ds.kind == "changelog":
+        state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+        with phases("read_validate_write"):
+            delta_io.to_delta(state, "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
+        with phases("quarantine"):
+            _replace(parse.quarantine_rows(validated, "batch"), ds, quarantine_path,
+                     f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
+        n = observation.get
+    else:
+        # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
+        predicate = range_predicate(ranges)
+        with phases("read_validate_write"):
+            _replace(valid, ds, batch_path, predicate)
+            n = observation.get
+        where = f"_layer = 'batch' AND ({predicate})"
+        with phases("quarantine"):
+            if n["quarantined"]:
+                bad = parse.validate(parse.bad_records(raw, n, config, ds.topic), ds)
+                _replace(parse.quarantine_rows(bad, "batch"), ds, quarantine_path, where, pause)
+            elif delta_io.table_exists(spark, quarantine_path):
+                delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
+            else:
+                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path, ds.stats_columns)
+    return n
+
+
+def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
+              run_id: str | None = None) -> BatchSummary:
+    """Recompute ``plan``'s ranges; what it wrote (records, quarantined, seconds)."""
+    started = time.monotonic()
+    run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
+    ranges = [r for r in plan.ranges if r.size]
+    if any(r.topic != ds.topic for r in ranges):
+        raise OffsetError(f"plan ranges must be on {ds.topic}: {[str(r) for r in ranges]}", topic=ds.topic)
+    if not ranges:
+        return BatchSummary(dataset=ds.name, run_id=run_id)
+    phases = Phases()
+    with phases("prepare"):
+        check_retained(config, ranges)
+        schema_version = evolution.prepare(spark, config, ds, ("batch",))
+        raw = read_ranges(spark, config, ranges)
+        validated = parse.validate(raw, ds)
+        staged = must_stage(config, ds, ranges)
+    if staged:  # written aside: the quality gate swaps it in when it passes
+        batch_path, quarantine_path = (staging_path(config, ds, run_id, layer) for layer in ("batch", "quarantine"))
+    else:
+        batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
+    # The live quarantine table is appended to by the speed stream: a commit that must read it
+    # first pauses the stream's appends (loglake.ledger.leases.appends_paused); a staged one is ours alone.
+    pause = None if staged else (lambda: appends_paused(config, ds.name, f"batch {run_id}: {ds.tables.quarantine}"))
+    if ds.kind == "changelog":
+        # The latest state is rebuilt from the whole log, small by nature: cache it once.
+        validated = validated.persist()
+    meta = {"loglake_job": "batch", "loglake_run_id": run_id, "loglake_ranges": delta_io.ranges_text(ranges),
+            "loglake_schema_version": schema_version, "loglake_staged": staged}
+    try:
+        with delta_io.commit_metadata(spark, meta):
+            n = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause, phases)
+    finally:
+        if ds.kind == "changelog":
+            validated.unpersist()
+    with phases("ledger"):
+        append_ledger(spark, config, [
+            {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
+             "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
+             "run_id": run_id, "state": "written", "schema_version": schema_version} for i, r in enumerate(ranges)])
+    seconds = time.monotonic() - started
+    records = sum(n[f"records_{i}"] for i in range(len(ranges)))
+    quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
+    total = records + quarantined
+    return BatchSummary(dataset=ds.name, run_id=run_id, ranges=len(ranges), records=records, quarantined=quarantined,
+                        staged=staged, schema_version=schema_version, seconds=round(seconds, 3),
+                        phases=phases.seconds, records_per_second=round(total / seconds) if seconds else None)
