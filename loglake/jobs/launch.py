@@ -54,13 +54,20 @@ CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
 @functools.lru_cache(maxsize=1)
 def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
-    (``loglake.local.cds`` makes it at setup; it may not exist)."""
+    (``loglake.local.cds`` makes it at setup; it may not exist).
+
+    The key holds each of Spark's jars with its size and modification time, as the JVM checks
+    them: a reinstalled pyspark (a new virtualenv) has new files under the same names, and a
+    JVM given the old archive would start without it, silently."""
 
     try:
         version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
     except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
         version = "none"
-    jars = sorted(p.name for p in (spark_home() / "jars").glob("*.jar"))
+    jars = []
+    for jar in sorted((spark_home() / "jars").glob("*.jar")):
+        stat = jar.stat()
+        jars.append(f"{jar.name} {stat.st_size} {stat.st_mtime_ns}")
     key = hashlib.sha256("\n".join([version, str(spark_home()), *jars]).encode()).hexdigest()[:16]
     return paths.cache_home() / "cds" / f"spark-{key}.jsa"
 

@@ -66,7 +66,23 @@ def make(force: bool = False) -> tuple[Path, float | None]:
             dump.unlink(missing_ok=True)
             raise RuntimeError(f"the CDS dump job failed (exit {code}); its output: {log}")
         dump.replace(target)
+    prune(target)
     return target, time.monotonic() - t0
+
+
+KEEP = 3  # archives kept in the cache: this install's and the most recently used others'
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove the cache's archives of other installs but the ``KEEP - 1`` used last (each is
+    some 170 MB, and every reinstalled pyspark makes a new one); the removed paths."""
+    others = sorted((a for a in keep.parent.glob("spark-*.jsa") if a != keep), key=lambda a: a.stat().st_atime,
+                    reverse=True)
+    gone = others[KEEP - 1:]
+    for archive in gone:
+        archive.unlink(missing_ok=True)
+        archive.with_suffix(".log").unlink(missing_ok=True)
+    return gone
 
 
 def main(argv: list[str] | None = None) -> int:
