@@ -28,11 +28,16 @@ pytestmark = pytest.mark.integration
 
 def appending_once(path: str, marker):
     """A UDF that, the first time it runs, appends a row to ``path`` (another writer, delta-rs)
-    while the Spark write that evaluates it is under way: a concurrent append, on cue."""
+    while the Spark write that evaluates it is under way: a concurrent append, on cue. Its
+    tasks run in two Python workers at once: the marker is created exclusively, so exactly
+    one of them appends."""
     def udf(x):
-        if not marker.exists():
-            marker.write_text("appended")
-            write_deltalake(path, pa.table({"_offset": pa.array([1000], pa.int64())}), mode="append")
+        try:
+            with open(marker, "x") as f:
+                f.write("appended")
+        except FileExistsError:
+            return x
+        write_deltalake(path, pa.table({"_offset": pa.array([1000], pa.int64())}), mode="append")
         return x
     return F.udf(udf, LongType())
 
