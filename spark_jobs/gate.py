@@ -49,7 +49,7 @@ def _class_name(expectation: str) -> str:
 
 def build_suite(ds: Dataset):
     """The dataset's expectations as GX objects; a bad entry is a ConfigError naming its key."""
-    import great_expectations as gx
+    import great_expectations as gx  # deferred: seconds to import, and only a gate with expectations needs it
 
     out = []
     for i, e in enumerate(ds.quality):
