@@ -43,6 +43,7 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
 STOP_ORDER = ("scheduler", "dag-processor", "triggerer", "api-server")
 DEFAULT_PORT = 8080
+SQLITE_BUSY_SECONDS = 60  # how long a metadata DB write waits for another's lock
 ADMIN_USER = "admin"
 SPARK_CONN_ID = "loglake_spark"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
@@ -94,7 +95,10 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [plugins, env.get("PYTHONPATH")]))
     env.update({
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        # The scheduler, the dag-processor, the api-server and every task runner write this
+        # one file; on a loaded machine a write can wait more than sqlite3's default 5 s for
+        # another's lock, and then Airflow answers 500 ("database is locked").
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout={SQLITE_BUSY_SECONDS}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(paths.REPO_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

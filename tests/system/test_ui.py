@@ -10,6 +10,8 @@ their screenshots are kept in ``test-artifacts/``.
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -188,6 +190,37 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
         raise AssertionError("the loglake page answered without a login")
     except urllib.error.HTTPError as e:
         assert e.code == 401
+
+
+def test_a_trigger_waits_out_a_busy_metadata_db(airflow):
+    """The scheduler, the task runners and the api-server share one SQLite file; under load a
+    write waits for another's lock. A trigger that waits longer than sqlite3's default 5 s
+    must still create its run, not answer 500 ("database is locked")."""
+    token = airflow.token()
+    wait_for(lambda: "loglake_maintenance" in parsed_dags(airflow, token), 60, "loglake_maintenance to be parsed")
+    held, hold = threading.Event(), 8.0
+
+    def writer():
+        db = sqlite3.connect(airflow.home / "airflow.db", isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # the write lock, as a long scheduler transaction holds it
+        held.set()
+        time.sleep(hold)
+        db.execute("COMMIT")
+        db.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait(10)
+    t0 = time.monotonic()
+    status, body = api(airflow, "/api/v2/dags/loglake_maintenance/dagRuns", token, {"logical_date": None})
+    waited = time.monotonic() - t0
+    t.join()
+    assert status == 200, (status, body, f"after {waited:.1f}s")
+    assert waited > hold - 1, f"answered in {waited:.1f}s while the lock was held for {hold}s"
+    req = urllib.request.Request(f"http://127.0.0.1:{airflow.port}/api/v2/dags/loglake_maintenance/dagRuns/"
+                                 f"{body['dag_run_id']}", method="DELETE", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 204
 
 
 def test_stop_leaves_no_process_behind(airflow):
