@@ -219,6 +219,11 @@ class JobFailure:
     def from_dict(cls, value: dict) -> "JobFailure":
         return cls(str(value["error"]), str(value.get("error_type", "error")), bool(value.get("transient", True)))
 
+    @classmethod
+    def reported(cls, value: dict | None) -> "JobFailure | None":
+        """The failure a job's answer (its summary's JSON object) reports, if it reports one."""
+        return cls.from_dict(value) if value is not None and "error" in value else None
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -23,7 +23,7 @@ from loglake.core.config import Config
 from loglake.core.errors import JobError, JobFailure, SetupError
 from loglake.core.paths import java_executable
 from loglake.core.processes import wait_for
-from loglake.jobs import registry, shared_app, summaries
+from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
 from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import current_token
@@ -233,17 +233,18 @@ def submit_spec(config: Config, job: str) -> dict:
 @dataclass(frozen=True)
 class JobOutcome:
     """How a job run ended: exit code, its typed summary when it succeeded, its failure when
-    it said why it failed (neither: it died without a word), its log."""
+    it said why it failed (neither: it died without a word), its log (None: it went elsewhere,
+    to an Airflow task's log)."""
 
     job: str
     code: int
     summary: JobSummary | None
     failure: JobFailure | None
-    log: Path
+    log: Path | None
 
     @classmethod
-    def of(cls, job: str, code: int, reported: dict | None, log: Path) -> "JobOutcome":
-        said = summaries.parse(job, reported)
+    def of(cls, job: str, code: int, reported: dict | None, log: Path | None = None) -> "JobOutcome":
+        said = registry.job(job).parse(reported)
         if isinstance(said, JobFailure):
             return cls(job, code, None, said, log)
         return cls(job, code, said if code == 0 else None, None, log)
@@ -254,7 +255,7 @@ class JobOutcome:
 
     def error(self, dataset: str) -> JobError:
         """The ``JobError`` a caller raises for this outcome when it is not ``ok``."""
-        return JobError(self.job, dataset, self.code, self.failure, str(self.log))
+        return JobError(self.job, dataset, self.code, self.failure, str(self.log) if self.log else None)
 
 
 def job_log(config: Config, request: JobRequest) -> Path:

@@ -170,8 +170,7 @@ def read_summary_file(path: str | Path) -> dict | None:
 
 def read_failure(path: str | Path) -> JobFailure | None:
     """The failure a job reported in its summary file, if it reported one."""
-    value = read_summary_file(path)
-    return JobFailure.from_dict(value) if value is not None and "error" in value else None
+    return JobFailure.reported(read_summary_file(path))
 
 
 class Phases:

@@ -14,22 +14,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loglake.core import paths
-from loglake.core.errors import ParamError
+from loglake.core.errors import JobFailure, ParamError
+from loglake.jobs.summaries import (BatchSummary, JobSummary, MaintenanceSummary, Outcome, QualitySummary,
+                                    RebuildSummary, ReplaySummary, SpeedSummary)
 
 
 @dataclass(frozen=True)
 class Job:
     """One Spark job.
 
-    ``writes``: takes the dataset's writer lease while it runs (the speed stream appends
+    ``summary``: the type of what it answers with when it succeeds; ``writes``: takes the dataset's writer lease while it runs (the speed stream appends
     beside the writers under a stream lease of its own); ``shared``: the shared Spark
     application runs it (a long-lived stream does not); ``needs_plan``, ``needs_run_id``,
     ``needs_layer``: what its ``JobRequest`` must carry.
     """
 
     name: str
+    summary: type[JobSummary]
     writes: bool
     shared: bool
     needs_plan: bool = False
@@ -46,16 +50,25 @@ class Job:
         """The file spark-submit runs."""
         return paths.REPO_ROOT / "spark_jobs" / f"{self.name}.py"
 
+    def parse(self, value: dict[str, Any] | None) -> Outcome | None:
+        """The typed answer a JSON object holds: a ``JobFailure`` when it reports an error,
+        else this job's summary. None stays None (the job said nothing)."""
+        if value is None:
+            return None
+        return JobFailure.reported(value) or self.summary.from_dict(value)
+
 
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("speed", writes=False, shared=False, about="the speed layer's stream (or one available-now run)"),
-    Job("batch", writes=True, shared=True, needs_plan=True, about="recompute exact offset ranges"),
-    Job("quality", writes=True, shared=True, needs_plan=True, needs_run_id=True,
+    Job("speed", SpeedSummary, writes=False, shared=False,
+        about="the speed layer's stream (or one available-now run)"),
+    Job("batch", BatchSummary, writes=True, shared=True, needs_plan=True, about="recompute exact offset ranges"),
+    Job("quality", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
         about="validate a written range and publish it"),
-    Job("maintenance", writes=True, shared=True, about="expire, optimize and vacuum a dataset's tables"),
-    Job("rebuild", writes=True, shared=True, needs_run_id=True, needs_layer=True,
+    Job("maintenance", MaintenanceSummary, writes=True, shared=True,
+        about="expire, optimize and vacuum a dataset's tables"),
+    Job("rebuild", RebuildSummary, writes=True, shared=True, needs_run_id=True, needs_layer=True,
         about="rebuild a table from the log"),
-    Job("replay", writes=True, shared=True, needs_run_id=True,
+    Job("replay", ReplaySummary, writes=True, shared=True, needs_run_id=True,
         about="re-admit quarantined records the current config accepts"),
 )}
 

@@ -1,7 +1,8 @@
 """What a Spark job answers with: one typed summary per job, or a ``JobFailure``.
 
 A job builds its summary as one of these values; ``loglake.jobs.protocol`` carries it as
-a JSON object (``to_dict``) and the caller reads it back (``parse``) into the same type, so
+a JSON object (``to_dict``) and the caller reads it back (``loglake.jobs.registry.Job.parse``:
+each job names its summary type there) into the same type, so
 the CLI, the Airflow operators, the benchmarks and the tests read fields, not keys.
 ``JobSummary`` holds what every job's run reports; each job adds its own.
 """
@@ -21,6 +22,7 @@ class JobSummary:
     ``start_wait_seconds``: waited in that application's queue, and for it to start."""
 
     job: ClassVar[str] = ""
+    nested: ClassVar[dict[str, type[JobSummary]]] = {}  # a field that holds another job's summary
     dataset: str
     run_id: str | None = None
     seconds: float = 0.0
@@ -39,7 +41,8 @@ class JobSummary:
         unknown = sorted(set(value) - known)
         if unknown:
             raise ParamError("summary", f"the {cls.job} job's summary has no field {', '.join(unknown)}")
-        return cls(**value)
+        return cls(**{k: cls.nested[k].from_dict(v) if k in cls.nested and isinstance(v, dict) else v
+                      for k, v in value.items()})
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class BatchSummary(JobSummary):
     when run with the quality gate in one process, its ``quality`` summary."""
 
     job: ClassVar[str] = "batch"
+    nested: ClassVar[dict[str, type[JobSummary]]] = {"quality": QualitySummary}
     ranges: int = 0
     records: int = 0
     quarantined: int = 0
@@ -89,10 +93,6 @@ class BatchSummary(JobSummary):
     schema_version: int | None = None
     records_per_second: int | None = None
     quality: QualitySummary | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.quality, dict):
-            object.__setattr__(self, "quality", QualitySummary.from_dict(self.quality))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +145,7 @@ class ReplaySummary(JobSummary):
     whether the quality gate published them."""
 
     job: ClassVar[str] = "replay"
+    nested: ClassVar[dict[str, type[JobSummary]]] = {"quality": QualitySummary}
     reason_code: str | None = None
     dry_run: bool = False
     speed: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -153,26 +154,5 @@ class ReplaySummary(JobSummary):
     batch_published: bool | None = None
     quality: QualitySummary | None = None
 
-    def __post_init__(self) -> None:
-        if isinstance(self.quality, dict):
-            object.__setattr__(self, "quality", QualitySummary.from_dict(self.quality))
-
-
-SUMMARIES: dict[str, type[JobSummary]] = {
-    t.job: t for t in (BatchSummary, QualitySummary, SpeedSummary, MaintenanceSummary, RebuildSummary, ReplaySummary)}
 
 Outcome = JobSummary | JobFailure
-
-
-def parse(job: str, value: dict[str, Any] | None) -> Outcome | None:
-    """The typed summary of ``job`` a JSON object holds: a ``JobFailure`` when it reports an
-    error, else the job's own summary type. None stays None (the job said nothing)."""
-    if value is None:
-        return None
-    if "error" in value:
-        return JobFailure.from_dict(value)
-    try:
-        kind = SUMMARIES[job]
-    except KeyError:
-        raise ParamError("job", f"{job!r} is not one of {', '.join(SUMMARIES)}") from None
-    return kind.from_dict(value)

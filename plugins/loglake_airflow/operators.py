@@ -70,14 +70,14 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
     def _said(self, code: int, reported: dict | None):
         """The job's typed summary; the task's exception when it failed (``summary_error``:
         permanent or worth a retry), or when it ended without a summary."""
-        from loglake.jobs.summaries import JobFailure, parse
+        from loglake.jobs.launch import JobOutcome
 
-        said = parse(self.job, reported)
-        if isinstance(said, JobFailure):
-            raise summary_error(said)
-        if code != 0 or said is None:
+        outcome = JobOutcome.of(self.job, code, reported)
+        if outcome.failure is not None:
+            raise summary_error(outcome.failure)
+        if not outcome.ok:
             raise AirflowException(f"the {self.job} job ended with exit code {code} and no summary")
-        return said
+        return outcome.summary
 
     def _in_shared_application(self, config, request):
         """The job's summary from the shared Spark application; None when it does not run

@@ -8,7 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 from loglake.core import errors
 from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, DataLossError, JobError, JobFailure,
                                  KafkaUnavailableError, ParamError, QualityGateError, is_transient, known_transient)
-from loglake.jobs import registry, summaries
+from loglake.jobs import registry
 from loglake.jobs.launch import JobOutcome
 from loglake.jobs.protocol import SUMMARY_PREFIX, JobRequest, read_failure, read_summary, report, summary_file_of
 from loglake.jobs.summaries import (BatchSummary, FailedExpectation, MaintenanceSummary, QualitySummary,
@@ -88,7 +88,7 @@ SUMMARIES = [
 @pytest.mark.parametrize("summary", SUMMARIES, ids=lambda s: s.job)
 def test_every_jobs_summary_comes_back_as_its_own_type(summary, tmp_path):
     """What a job reports (JSON through a summary file) is read back as the value it was."""
-    assert set(summaries.SUMMARIES) == set(registry.JOBS)
+    assert {j.summary.job for j in registry.JOBS.values()} == set(registry.JOBS)  # each job its own type
     report(summary, str(tmp_path / "s"))
     outcome = JobOutcome.of(summary.job, 0, read_summary((tmp_path / "s").read_text()), tmp_path / "log")
     assert outcome.ok and outcome.failure is None and outcome.summary == summary
@@ -102,8 +102,11 @@ def test_a_failure_or_silence_is_not_a_summary_and_says_why(tmp_path):
     died = JobOutcome.of("batch", 137, None, tmp_path / "log")
     assert not died.ok and died.failure is None and died.error("job_views").transient
     with pytest.raises(ParamError) as e:  # a field the job's type does not have: a bug, said at once
-        summaries.parse("batch", {"dataset": "job_views", "rows_written": 3})
+        registry.job("batch").parse({"dataset": "job_views", "rows_written": 3})
     assert "rows_written" in str(e.value)
+    with pytest.raises(ParamError) as e:
+        JobOutcome.of("bach", 0, {"dataset": "job_views"})
+    assert "'bach' is not one of speed, batch" in str(e.value)
 
 
 def kafka_error(code) -> KafkaException:
