@@ -75,7 +75,11 @@ KEEP = 3  # archives kept in the cache: this install's and the most recently use
 
 def prune(keep: Path) -> list[Path]:
     """Remove the cache's archives of other installs but the ``KEEP - 1`` used last (each is
-    some 170 MB, and every reinstalled pyspark makes a new one); the removed paths."""
+    some 170 MB, and every reinstalled pyspark makes a new one); the removed paths.
+
+    "Used last" is by access time, which a ``relatime`` mount (the usual default) updates at
+    most once a day: among archives used on the same day the order may be wrong, which costs
+    at most a remade archive (a minute of ``make setup``), never a wrong one."""
     others = sorted((a for a in keep.parent.glob("spark-*.jsa") if a != keep), key=lambda a: a.stat().st_atime,
                     reverse=True)
     gone = others[KEEP - 1:]
