@@ -25,6 +25,32 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 testing.conf.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
+# ``--dist loadfile`` (``make test``), with one change: the files that run a whole Airflow (the
+# system tier) are one unit, run first and one after another on one worker, while the other
+# worker takes the integration files. Two Airflows side by side on two cores (eight pollers,
+# their spark-submits) slowed both, and an api-server then met SQLite's lock or a scheduler
+# its heartbeat timeout. (xdist's own ``--dist loadgroup`` marks groups by a node id suffix
+# that pytest 9's node ids no longer carry.)
+SERIAL_TIER = "tests/system/"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SystemTierSerial(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SERIAL_TIER if nodeid.startswith(SERIAL_TIER) else super()._split_scope(nodeid)
+
+    return SystemTierSerial(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out units in this order
+        items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_TIER))
+
+
 @pytest.fixture(scope="session")
 def services(tmp_path_factory) -> Lab:
     """The suite's broker and Spark session; stopped at the end of the session."""
