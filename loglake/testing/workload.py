@@ -11,6 +11,7 @@ with ``write_conf(..., extra_datasets={DATASET: dataset_file()})``; the benchmar
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 import uuid
@@ -76,7 +77,10 @@ def produce(bootstrap: str, topic: str, count: int, record_bytes: int, *, rate: 
     (CreateTime), which is what freshness is measured from.
     """
     records = pool(record_bytes)
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    # Its client log (retries while a broker starts or moves) goes to Python's logging, not
+    # to the terminal of a benchmark or a soak run.
+    p = Producer({"bootstrap.servers": bootstrap, "logger": logging.getLogger("loglake.kafka"),
+                  "enable.idempotence": True, "acks": "all",
                   "linger.ms": 5 if rate else 20, "compression.type": "lz4",
                   "queue.buffering.max.kbytes": 1048576, "batch.size": 1000000})
     start = time.monotonic()
