@@ -39,6 +39,11 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    # Units in collection order (below: the system tier, then the integration files, the unit
+    # tests last to fill the gaps), not xdist's default of the most tests first, which starts
+    # with the many small parametrized unit tests and leaves the longest unit for later.
+    config.option.loadscopereorder = False
+
     class SystemTierSerial(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return SERIAL_TIER if nodeid.startswith(SERIAL_TIER) else super()._split_scope(nodeid)
@@ -46,9 +51,16 @@ def pytest_xdist_make_scheduler(config, log):
     return SystemTierSerial(config, log)
 
 
+TIER_ORDER = ("tests/system/", "tests/integration/", "tests/reliability/")  # then the rest: unit
+
+
+def tier_rank(nodeid: str) -> int:
+    return next((i for i, tier in enumerate(TIER_ORDER) if nodeid.startswith(tier)), len(TIER_ORDER))
+
+
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out units in this order
-        items.sort(key=lambda item: not item.nodeid.startswith(SERIAL_TIER))
+        items.sort(key=lambda item: tier_rank(item.nodeid))
 
 
 @pytest.fixture(scope="session")

@@ -27,9 +27,12 @@ from loglake.testing import run_loglake as cli
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def lake(spark, make_config):
-    config = make_config()
+@pytest.fixture(scope="module")
+def lake(spark, kafka_bootstrap, tmp_path_factory):
+    """job_views recomputed and published once for the module: the tests below only read it,
+    but for the last, which adds a second batch run."""
+    root = tmp_path_factory.mktemp("query-lake")
+    config = load_config(write_conf(root, kafka_bootstrap), home=root / "state")
     ds = config.dataset("job_views")
     produce(config, ds, 200, seed=81)
     recompute_and_publish(spark, config, ds, plan_batch(config, ds), "q")
