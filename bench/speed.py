@@ -46,9 +46,13 @@ class Topic:
         config = self.config("produce")
         self.ds = config.dataset(workload.DATASET)
         self.topic = ensure_topic(config, self.ds)
-        self.produce_seconds = workload.produce(h.bootstrap, self.topic, records, record_bytes)
+        self.produce_seconds = self.fill(config, self.topic)
         h.log(f"topic {self.topic}: {records:,} × {record_bytes} B on {partitions} partitions "
               f"produced in {self.produce_seconds:.1f}s")
+
+    def fill(self, config, topic: str) -> float:
+        """Produce the topic's records; seconds taken."""
+        return workload.produce(self.h.bootstrap, topic, self.records, self.record_bytes)
 
     def config(self, name: str):
         """A config (own state dir, same topic) with micro-batches of a third of the topic."""

@@ -28,6 +28,7 @@ from loglake.jobs.session import get_spark
 from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
+from loglake.schemaregistry.resolve import resolve
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
 # stream appends beside them.
@@ -67,7 +68,8 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     """
     request = JobRequest.parse(job, argv)
     config: Config = load_config()
-    ds: Dataset = config.dataset(request.dataset)
+    # A registry format's fields: read from the subject (loglake.schemaregistry.resolve).
+    ds: Dataset = resolve(config, config.dataset(request.dataset))
     check_schema(config, ds)  # a breaking schema change: refused before the JVM starts
     # One writer per dataset: the lease is taken before the JVM starts (a job that waits
     # costs no memory) and held until the session stopped.

@@ -45,7 +45,7 @@ def record_version(spark: SparkSession, config: Config, ds: Dataset) -> int:
 def prepare(spark: SparkSession, config: Config, ds: Dataset, layers: tuple[str, ...]) -> int:
     """Record the schema version in force and add the fields it gained to ``layers``' tables."""
     version = record_version(spark, config, ds)
-    fields = {name: FIELD_TYPES[f.type] for name, f in ds.fields.items()}
+    fields = {name: FIELD_TYPES.get(f.type, f.type) for name, f in ds.fields.items()}
     for layer in layers:
         if getattr(ds.tables, layer, None) is not None:
             add_missing_columns(spark, config.table_path(ds, layer), fields, f"schema version {version}")

@@ -23,6 +23,7 @@ from loglake.core.config import Dataset, FieldSpec
 from loglake.core.errors import KafkaUnavailableError
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import read_records
+from spark_jobs import decode
 
 PROVENANCE = contracts.PROVENANCE.names
 
@@ -183,6 +184,8 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
     key = (ds.model_dump_json(), fast_path, sc.applicationId, sc.startTime)
     if key in _PROJECTIONS:
         return _PROJECTIONS[key]
+    if ds.in_registry:  # the Schema Registry's wire format: its own decoder, the same output
+        return _keep(key, decode.projections(ds, PROVENANCE))
     base = [
         F.col("topic").alias("_topic"),
         F.col("partition").alias("_partition"),
@@ -209,10 +212,14 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
                   if n == ds.key else f for n, f in zip(ds.fields, fields)]
         fields.append(value_null.alias("_deleted"))
     final = [*PROVENANCE, "key", "value", F.when(~ok, reason).alias("_reason"), *fields]
+    return _keep(key, (base, checked, final))
+
+
+def _keep(key: tuple, projections: tuple[list, list, list]) -> tuple[list, list, list]:
     if len(_PROJECTIONS) > 32:  # bounded: a long test session sees many datasets
         _PROJECTIONS.clear()
-    _PROJECTIONS[key] = (base, checked, final)
-    return base, checked, final
+    _PROJECTIONS[key] = projections
+    return projections
 
 
 # A pass notes quarantined offsets one by one (for a second pass that parses only them)

@@ -30,6 +30,7 @@ from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import BatchSummary, RebuildSummary
 from loglake.ledger.snapshots import pin
 from loglake.lifecycle.rebuilds import batch_plan, check_layer, from_watermark
+from loglake.schemaregistry.resolve import resolve
 from spark_jobs import delta_io, entry, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
 from spark_jobs.pipeline import recompute_and_publish
@@ -100,6 +101,7 @@ REBUILD = {"batch": rebuild_batch, "speed": rebuild_speed, "latest": rebuild_lat
 
 def rebuild(spark: SparkSession, config: Config, ds: Dataset, layer: str, run_id: str) -> RebuildSummary:
     started = time.monotonic()
+    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     out = REBUILD[check_layer(ds, layer)](spark, config, ds, run_id)
     return replace(out, seconds=round(time.monotonic() - started, 3))
 

@@ -31,6 +31,7 @@ from loglake.ledger.leases import appends_paused
 from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import batch_watermarks
 from loglake.ledger.tables import staging_path
+from loglake.schemaregistry.resolve import resolve
 from spark_jobs import delta_io, evolution, parse
 from spark_jobs.kafka_source import check_retained, read_ranges
 from spark_jobs.system_tables import append_ledger
@@ -103,6 +104,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     """Recompute ``plan``'s ranges; what it wrote (records, quarantined, seconds)."""
     started = time.monotonic()
     run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
+    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     ranges = [r for r in plan.ranges if r.size]
     if any(r.topic != ds.topic for r in ranges):
         raise OffsetError(f"plan ranges must be on {ds.topic}: {[str(r) for r in ranges]}", topic=ds.topic)

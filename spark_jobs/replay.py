@@ -41,6 +41,7 @@ from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import ReplaySummary
 from loglake.ledger.leases import appends_paused
 from loglake.ledger.planning import Plan, plan_batch
+from loglake.schemaregistry.resolve import resolve
 from loglake.serving.spark import serving_view
 from spark_jobs import delta_io, entry, evolution, parse
 from spark_jobs.kafka_source import check_retained
@@ -157,6 +158,7 @@ def batch_plan(ds: Dataset, config: Config, checked: DataFrame | None) -> Plan |
 def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason_code: str | None = None,
            dry_run: bool = False) -> ReplaySummary:
     started = time.monotonic()
+    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     speed = revalidated(spark, config, ds, "speed", reason_code)
     batch = revalidated(spark, config, ds, "batch", reason_code)
     plan = batch_plan(ds, config, batch)

@@ -29,6 +29,7 @@ from loglake.ledger.leases import stream_lease, wait_while_paused
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
+from loglake.schemaregistry.resolve import Follower
 from spark_jobs import delta_io, evolution, parse
 from spark_jobs.kafka_source import source_options
 
@@ -289,9 +290,16 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         check_partitions(ds, list_topics(config).get(topic, ds.partitions))
         if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
             _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+    # A registry format's subject is followed while data flows: its fields read now, and again
+    # before each micro-batch when the subject gained a version (loglake.schemaregistry.resolve).
+    follower = Follower(config, ds) if ds.in_registry else None
+    if follower is not None:
+        ds, _ = follower.current()
+        _say_refused(ds)
     # The schema version in force (a new one recorded when the conf gained a field since) and
     # the stream's own tables evolved to it, before the first micro-batch.
     schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
+    now = {"ds": ds, "schema_version": schema_version}
     speed = config.profile.speed
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
@@ -311,10 +319,16 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             # The checkpoint's own id: a new checkpoint is a new stream with new txn ids.
             meta = spark.read.text(f"{checkpoint}/metadata").first()[0]
             stream_id["id"] = json.loads(meta)["id"]
+        if follower is not None:
+            resolved, changed = follower.current()
+            if changed:  # a new version of the subject: its fields taken (or refused) before this batch
+                _say_refused(resolved)
+                now["schema_version"] = evolution.prepare(spark, config, resolved, ("speed", "latest"))
+                now["ds"] = resolved
         # Small: the previous micro-batch was (the next one is much like it at a steady rate).
         small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
-        process_batch(spark, config, ds, batch, speed_txn_app(ds, stream_id["id"]), batch_id, schema_version, topic,
-                      replay_possible=first, small=small)
+        process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
+                      now["schema_version"], topic, replay_possible=first, small=small)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)
@@ -324,6 +338,12 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     query = writer.start()
     recorder.query_id = str(query.id)
     return query, recorder
+
+
+def _say_refused(ds: Dataset) -> None:
+    if ds.registry.refused:
+        print(f"loglake: speed {ds.name}: {ds.registry.refused}; records written with it are quarantined as "
+              "incompatible_schema", file=sys.stderr, flush=True)
 
 
 def _set_aside(spark: SparkSession, checkpoint: str) -> None:

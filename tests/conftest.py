@@ -81,6 +81,12 @@ def kafka_bootstrap(services) -> str:
 
 
 @pytest.fixture(scope="session")
+def registry_url(services) -> str:
+    """The suite's schema registry (Apicurio, Confluent API), started on first use."""
+    return services.registry_url
+
+
+@pytest.fixture(scope="session")
 def spark_config(services) -> Config:
     # The session's settings only; tests that need Kafka build their own Config.
     return services.session_config

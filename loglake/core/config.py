@@ -32,6 +32,11 @@ from loglake.core.errors import ConfigError, KeyedValueError, refusal_recorder
 from loglake.core.regex import java_incompatibility
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+# How a topic's values are written: JSON checked against the dataset's ``schema:`` block, or
+# a Schema Registry wire format (a magic byte, a 4-byte schema id, the payload) whose schema
+# the registry holds (``loglake.schemaregistry``).
+Format = Literal["json", "avro", "protobuf", "json-schema"]
+REGISTRY_FORMATS = ("avro", "protobuf", "json-schema")
 LAYERS = ("speed", "batch", "quarantine", "latest")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:function
@@ -172,6 +177,40 @@ class Maintenance(_Strict):
         return self
 
 
+class RegistryField(FieldSpec):
+    """A field of a registry-format dataset, read from the registry's schema: its ``type`` is
+    the Spark SQL type of its column (``bigint``, ``decimal(10,2)``, ``array<string>``,
+    ``struct<...>``), ``required`` false when it may be null or has a default."""
+
+    type: str  # type: ignore[assignment]
+
+
+class WriterSchema(_Strict):
+    """One schema records of a registry-format topic may be written with."""
+
+    id: int                 # the registry's id (what each record carries after the magic byte)
+    version: int            # its version under the dataset's subject
+    schema_str: str         # the schema itself (Avro JSON, .proto text, JSON Schema)
+    # Why the table cannot hold records written with it (a field it drops or retypes); None: it can.
+    refused: str | None = None
+
+
+class RegistrySchemas(_Strict):
+    """What the registry said of a dataset's subject when a writer resolved it
+    (``loglake.schemaregistry.resolve``): the version the tables hold (the reader's schema)
+    and every version records may carry, each decoded with its own schema and resolved to
+    the reader's."""
+
+    subject: str
+    version: int            # the subject's version the tables' schema is
+    id: int
+    reader: str             # that version's schema
+    writers: tuple[WriterSchema, ...]
+    # The newest version when it was refused as the tables' schema (else None), and why.
+    refused_version: int | None = None
+    refused: str | None = None
+
+
 class Dataset(_Strict):
     """A dataset: a topic, its key, the schema of its values, a transform and tables."""
 
@@ -180,7 +219,12 @@ class Dataset(_Strict):
     topic: str
     partitions: int = Field(ge=1, le=10_000)
     key: str
-    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+    # json: the schema below; a registry format: the schema comes from the registry's subject.
+    format: Format = "json"
+    subject: str | None = None  # default <topic>-value
+    schema_: dict[str, FieldSpec] = Field(alias="schema", default_factory=dict)
+    # Set by ``loglake.schemaregistry.resolve`` (never in a file): the subject's versions.
+    registry: RegistrySchemas | None = None
     # The dataset's own Python code: a file whose ``transform`` (and ``sample``, the event
     # generator of ``loglake produce``) loglake uses; default ``<name>.py`` beside the dataset's file.
     code: str | None = None
@@ -230,12 +274,20 @@ class Dataset(_Strict):
 
     @model_validator(mode="after")
     def _key_and_tables(self) -> "Dataset":
+        if self.format == "json" and not self.schema_:
+            raise KeyedValueError("schema", "a json dataset needs a schema: block (field name -> type and rules); "
+                                  "a topic in a Schema Registry format sets format: avro, protobuf or json-schema")
+        if self.format != "json" and self.registry is None:
+            if self.schema_:
+                raise KeyedValueError("schema", f"a {self.format} dataset takes its schema from the registry (subject "
+                                      f"{self.subject_name}): remove the schema: block")
+            return self._tables_fit_kind()  # the fields are checked once the registry is read
+        if self.format == "json" and self.subject is not None:
+            raise KeyedValueError("subject", "subject: is for datasets in a registry format (format: avro, "
+                                  "protobuf or json-schema)")
         if self.key not in self.schema_:
             raise KeyedValueError("key", f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
-        if self.kind == "changelog" and self.tables.latest is None:
-            raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
-        if self.kind == "events" and self.tables.latest is not None:
-            raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
+        self._tables_fit_kind()
         columns = set(self.schema_) | set(PROVENANCE.names)
         for i, e in enumerate(self.quality):
             if e.column is not None and e.column not in columns:
@@ -247,8 +299,34 @@ class Dataset(_Strict):
                                                                     f"or a provenance column")
         return self
 
+    def _tables_fit_kind(self) -> "Dataset":
+        if self.kind == "changelog" and self.tables.latest is None:
+            raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
+        if self.kind == "events" and self.tables.latest is not None:
+            raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
+        return self
+
+    @property
+    def subject_name(self) -> str:
+        """The registry subject of the topic's values (registry formats)."""
+        return self.subject or f"{self.topic}-value"
+
+    @property
+    def in_registry(self) -> bool:
+        """The topic's values are in a Schema Registry format (their schema is the registry's)."""
+        return self.format != "json"
+
+    @property
+    def resolved(self) -> bool:
+        """Its fields are known: a json dataset's always, a registry format's once read."""
+        return not self.in_registry or self.registry is not None
+
     @property
     def fields(self) -> dict[str, FieldSpec]:
+        if not self.resolved:
+            raise ConfigError(f"dataset {self.name}: its fields come from the registry (subject "
+                              f"{self.subject_name}); they are read when a job starts (loglake.schemaregistry.resolve)",
+                              key=f"datasets.{self.name}.format")
         return self.schema_
 
     @property
@@ -509,8 +587,57 @@ class SpeedSettings(_Strict):
         return float(n) * scale
 
 
+class RegistrySettings(_Strict):
+    """The schema registry of the topics in a registry format (Confluent REST API).
+
+    ``embedded``: ``loglake registry start`` (and ``loglake up``) runs one on this machine at
+    ``url``'s port, its state under the state directory (``loglake.local.schema_registry``).
+    Otherwise ``url`` names the shop's registry, with basic auth and a CA if it needs them."""
+
+    url: str = "http://localhost:8081/apis/ccompat/v7"
+    embedded: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_file: str | None = None      # the CA that signed an https registry's certificate
+    # How long a call keeps retrying while the registry does not answer (a transient error).
+    retry_seconds: float = Field(default=120.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/:]+(:\d+)?(/.*)?$", v):
+            raise ValueError(f"{v!r} is not an http(s) URL such as http://registry:8081")
+        return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _credentials_in_pairs(self) -> "RegistrySettings":
+        if (self.username is None) != (self.password is None):
+            raise KeyedValueError("password" if self.password is None else "username",
+                                  "basic auth needs both username and password")
+        if self.embedded and (self.username or self.ca_file):
+            raise KeyedValueError("embedded", "the embedded registry answers plain http without a login: drop "
+                                  "username, password and ca_file, or set embedded: false")
+        return self
+
+    @property
+    def port(self) -> int:
+        m = re.match(r"^https?://[^/:]+:(\d+)", self.url)
+        return int(m.group(1)) if m else (443 if self.url.startswith("https") else 80)
+
+    def client_conf(self) -> dict[str, Any]:
+        """confluent-kafka's ``SchemaRegistryClient`` settings."""
+        conf: dict[str, Any] = {"url": self.url}
+        if self.username is not None:
+            conf["basic.auth.user.info"] = f"{self.username}:{self.password.get_secret_value()}"
+        if self.ca_file is not None:
+            conf["ssl.ca.location"] = self.ca_file
+        return conf
+
+
 class Profile(_Strict):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # The schema registry of datasets in a registry format (null: the profile has none).
+    registry: RegistrySettings | None = None
     lake: LakeSettings = Field(default_factory=LakeSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     speed: SpeedSettings = Field(default_factory=SpeedSettings)
@@ -538,6 +665,15 @@ class Config:
     @property
     def kafka(self) -> KafkaSettings:
         return self.profile.kafka
+
+    @property
+    def registry(self) -> RegistrySettings:
+        """The profile's schema registry; an error naming the key when it has none."""
+        if self.profile.registry is None:
+            raise ConfigError(f"profile {self.profile_name!r} has no schema registry: set registry.url (or "
+                              "registry.embedded: true), which datasets in avro, protobuf or json-schema need",
+                              key=f"profiles.{self.profile_name}.registry")
+        return self.profile.registry
 
     @property
     def lake_root(self) -> str:
@@ -648,7 +784,8 @@ def _expand_env(value: Any, file: str, key: str) -> Any:
 
 
 # Profile keys that hold a secret: conf/ may only name the environment variable it comes from.
-_SECRET_KEYS = ("kafka.security.password", "kafka.client.sasl.password", "kafka.spark.sasl.jaas.config")
+_SECRET_KEYS = ("kafka.security.password", "kafka.client.sasl.password", "kafka.spark.sasl.jaas.config",
+                "registry.password")
 
 
 def _env_refs(value: Any, key: str = "") -> dict[str, str]:
@@ -719,6 +856,10 @@ def load_dataset(path: Path) -> Dataset:
                           file=str(path), key="name")
     data.setdefault("topic", data["name"])
     name = data["name"]
+    if "registry" in data:
+        raise ConfigError("registry is set by loglake from the schema registry, not in a file: remove it (the "
+                          "registry itself is the profile's registry:, the subject the dataset's subject:)",
+                          file=str(path), key="registry")
     if isinstance(data.get("code"), str):
         data["code"] = str((path.parent / data["code"]).resolve())
     elif "code" not in data and path.with_suffix(".py").is_file():  # the dataset's code beside its file
@@ -775,6 +916,8 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
     merged = dict(overrides or {})
     if os.environ.get("LOGLAKE_KAFKA_BOOTSTRAP"):
         merged.setdefault("kafka.bootstrap_servers", os.environ["LOGLAKE_KAFKA_BOOTSTRAP"])
+    if os.environ.get("LOGLAKE_REGISTRY_URL") and raw.get("registry") is not None:
+        merged.setdefault("registry.url", os.environ["LOGLAKE_REGISTRY_URL"])
     for dotted, value in merged.items():
         section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"
         if leaf:

@@ -92,7 +92,7 @@ LAYERS = ("speed", "batch")  # values of QUARANTINE's _layer
 def valid_rows(ds) -> Contract:
     """What a dataset's transform receives, in both layers: its typed fields (in schema
     order), ``_deleted`` for a changelog, then the provenance columns."""
-    fields = contract(*((name, FIELD_TYPES[spec.type]) for name, spec in ds.fields.items()))
+    fields = contract(*((name, FIELD_TYPES.get(spec.type, spec.type)) for name, spec in ds.fields.items()))
     return fields + (DELETED if ds.kind == "changelog" else contract()) + PROVENANCE
 
 

@@ -257,6 +257,17 @@ class KafkaUnavailableError(LoglakeError):
     transient = True
 
 
+class RegistryUnavailableError(LoglakeError):
+    """The schema registry did not answer (refused, timed out) or failed on its side (5xx):
+    records are never quarantined for it; the call is retried, then the job tries again."""
+
+    transient = True
+
+    def __init__(self, url: str, what: str, detail: str):
+        self.url = url
+        super().__init__(f"the schema registry at {url} did not answer ({what}): {detail}")
+
+
 class CoordinatorNotReadyError(KafkaUnavailableError):
     """A consumer group's coordinator is moving or still loading its offsets (right after a broker start)."""
 

@@ -36,9 +36,21 @@ from loglake.core.contracts import FIELD_TYPES, SCHEMAS
 from loglake.core.errors import SchemaChangeError
 from loglake.ledger.tables import open_table, query
 
-# A dataset field's type → the Delta type its column has (as delta-rs names it).
+# A dataset field's type → the Delta type its column has (as delta-rs names it). A registry
+# dataset's field types are Spark SQL types (``delta_type``).
 DELTA_TYPES = {"string": "string", "long": "long", "double": "double", "boolean": "boolean",
-               "timestamp": "timestamp"}
+               "timestamp": "timestamp", "bigint": "long", "int": "integer", "smallint": "short",
+               "tinyint": "byte", "float": "float", "binary": "binary", "date": "date",
+               "timestamp_ntz": "timestamp_ntz"}
+
+
+def delta_type(field_type: str) -> str:
+    """How delta-rs names the column type of a field of ``field_type`` (a nested type by its
+    kind only: struct, array, map)."""
+    if field_type in DELTA_TYPES:
+        return DELTA_TYPES[field_type]
+    kind = field_type.partition("<")[0]
+    return kind if kind in ("struct", "array", "map") else field_type
 _RULES = ("enum", "min", "max", "pattern")
 WAYS_FORWARD = ("safe ways forward: add a new field with required: false (old rows read it as null), or "
                 "create a new dataset (a new file under conf/datasets/, its own topic or the same data "
@@ -165,7 +177,7 @@ def breaking_changes(config: Config, ds: Dataset) -> list[Change]:
     for layer, columns in table_columns(config, ds).items():
         for name, f in new["fields"].items():
             have = columns.get(name)
-            if name not in typed and have is not None and have != DELTA_TYPES[f["type"]]:
+            if name not in typed and have is not None and have != delta_type(f["type"]):
                 typed.add(name)
                 found.append(Change(name, "type", f"{have} (column of {getattr(ds.tables, layer)})", f["type"], True))
     return found
@@ -187,6 +199,8 @@ def check_all(config: Config) -> None:
     again before it writes (``spark_jobs/evolution.py``), where a failed read is an error."""
 
     for ds in config.datasets.values():
+        if not ds.resolved:  # a registry format's fields: checked by each writer once it read the registry
+            continue
         try:
             check(config, ds)
         except OSError as e:
@@ -218,12 +232,17 @@ def new_version_row(config: Config, ds: Dataset) -> dict | None:
 
 def added_columns(ds: Dataset, columns: dict[str, str]) -> dict[str, str]:
     """Fields of the conf a table with ``columns`` lacks: ``{name: Spark SQL type}``."""
-    return {n: FIELD_TYPES[f.type] for n, f in ds.fields.items() if n not in columns}
+    return {n: FIELD_TYPES.get(f.type, f.type) for n, f in ds.fields.items() if n not in columns}
 
 
 def schema_status(config: Config, ds: Dataset) -> dict:
-    """What ``loglake status`` and the UI say of the dataset's schema: the version in force,
-    a change the next writer will record, or a breaking change refused."""
+    """What ``loglake status`` and the UI say of the dataset's schema: its format, the version
+    in force, a change the next writer will record, or a breaking change refused. A registry
+    format's dataset resolved (``loglake.schemaregistry.resolve.schema_status`` says the rest)."""
+    return {"format": ds.format, **_recorded_status(config, ds)}
+
+
+def _recorded_status(config: Config, ds: Dataset) -> dict:
     versions = recorded_versions(config, ds)
     newest = versions[-1] if versions else None
     out = {"version": newest["version"] if newest else None,
@@ -236,7 +255,22 @@ def schema_status(config: Config, ds: Dataset) -> dict:
     return out
 
 
+def format_text(st: dict) -> str:
+    """``json`` or ``avro, subject S version 2 (schema id 7)`` and what the registry refused."""
+    if st.get("format", "json") == "json":
+        return "json (the schema is the dataset's conf)"
+    head = f"{st['format']}, subject {st['subject']}"
+    if st.get("registry_error"):
+        return f"{head}: {st['registry_error']}"
+    head += f" version {st['subject_version']} (schema id {st['schema_id']})"
+    if st.get("registry_refused"):
+        head += f"; REFUSED: {st['registry_refused']}"
+    return head
+
+
 def schema_text(st: dict) -> str:
+    if st.get("registry_error"):
+        return "unknown until the registry answers"
     if st.get("refused"):
         return f"REFUSED breaking change ({st['refused']}): nothing runs until the conf is put back; {WAYS_FORWARD}"
     head = "not recorded yet (the first writer records it)" if st.get("version") is None else (

@@ -4,7 +4,9 @@ Two sets, each described by a POM in ``setup/`` and copied into ``jar_dir(kind)`
 the cache, outside the repo):
 
 - ``kafka``: the embedded KRaft broker (``loglake.local.broker``);
-- ``spark``: what PySpark 4.0.0 lacks for Kafka -> Delta (passed as ``spark.jars``).
+- ``spark``: what PySpark 4.0.0 lacks for Kafka -> Delta (passed as ``spark.jars``);
+- ``registry``: the embedded schema registry (Apicurio Registry, ``loglake.local.schema_registry``),
+  a Quarkus application built from its Maven Central jars into ``quarkus-app/``.
 
 Stdlib only, so it runs before (or without) the venv. Repeated runs are no-ops: a stamp
 in the jar dir holds a hash of the POM and the Maven arguments. Jars are copied into a
@@ -29,7 +31,7 @@ from pathlib import Path
 from loglake.core.errors import SetupError
 from loglake.core.paths import REPO_ROOT, cache_home, jar_dir
 
-KINDS = ("kafka", "spark")
+KINDS = ("kafka", "spark", "registry")
 CENTRAL = "https://repo.maven.apache.org/maven2"
 STAMP = ".loglake-stamp"  # not *.jar, so paths.jars() never lists it
 
@@ -79,12 +81,17 @@ def log_path(kind: str) -> Path:
 def mvn_args(kind: str, settings: Path, out: Path) -> list[str]:
     # -U: re-check artifacts a previous failed run marked missing in ~/.m2 (else Maven
     # refuses to retry until the "update interval" elapses). style.color: plain log.
-    return [
-        "-B", "-q", "-U", "-Dstyle.color=never",
-        "-s", str(settings), "-f", str(pom_path(kind)),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={out}", "-DincludeScope=runtime",
-    ]
+    common = ["-B", "-q", "-U", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom_path(kind))]
+    if kind == "registry":  # built, not copied: Quarkus' plugin makes the runnable app under ``out``
+        return [*common, "package", f"-Dbuild.dir={out}"]
+    return [*common, "dependency:copy-dependencies", f"-DoutputDirectory={out}", "-DincludeScope=runtime"]
+
+
+def built(kind: str, d: Path) -> list[Path]:
+    """What a finished run leaves in ``d``: the jars (the registry: its runnable jar)."""
+    if kind == "registry":
+        return [p for p in [d / "quarkus-app" / "quarkus-run.jar"] if p.is_file()]
+    return sorted(d.glob("*.jar"))
 
 
 def stamp_value(kind: str) -> str:
@@ -99,7 +106,7 @@ def is_current(kind: str) -> bool:
     d = jar_dir(kind)
     stamp = d / STAMP
     try:
-        return stamp.read_text().strip() == stamp_value(kind) and any(d.glob("*.jar"))
+        return stamp.read_text().strip() == stamp_value(kind) and bool(built(kind, d))
     except OSError:
         return False
 
@@ -153,13 +160,13 @@ def resolve(kind: str, force: bool = False) -> tuple[list[Path], bool]:
         raise SetupError(f"unknown jar set {kind!r}; expected one of {', '.join(KINDS)}")
     final = jar_dir(kind)
     if not force and is_current(kind):
-        return sorted(final.glob("*.jar")), True
+        return built(kind, final), True
     cache_home().mkdir(parents=True, exist_ok=True)
     # One resolver at a time: concurrent runs would race on the temp dirs and the rename.
     with (cache_home() / ".setup_jvm.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and is_current(kind):  # another run finished it while we waited
-            return sorted(final.glob("*.jar")), True
+            return built(kind, final), True
         return _resolve_locked(kind, final), False
 
 
@@ -194,7 +201,7 @@ def _resolve_locked(kind: str, final: Path) -> list[Path]:
                 f"  POM: {pom_path(kind)}\n  Maven log: {log}\n"
                 f"  (check the version exists on {CENTRAL}: mvn dependency:get -Dartifact=G:A:V)"
             )
-        got = sorted(p.name for p in tmp.glob("*.jar"))
+        got = [p.name for p in built(kind, tmp)]
         if not got:
             raise SetupError(f"Maven resolved no jars for {kind} from {pom_path(kind)}; log: {log}")
         if kind == "spark":
@@ -213,7 +220,7 @@ def _resolve_locked(kind: str, final: Path) -> list[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return sorted(final.glob("*.jar"))
+    return built(kind, final)
 
 
 def _mb(paths: list[Path]) -> float:

@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from confluent_kafka import KafkaException, Producer
 from tqdm import tqdm
@@ -18,6 +18,8 @@ from loglake.core.config import Config, Dataset
 from loglake.kafka.admin import ensure_topic
 
 Record = tuple[bytes | None, bytes | None]  # (key, value)
+if TYPE_CHECKING:
+    from loglake.schemaregistry.produce import Encoder
 
 def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -27,15 +29,19 @@ def _field_value(spec, rng: random.Random, now: datetime):
     """A valid value of a field, from its type and rules."""
     if spec.enum:
         return rng.choice(spec.enum)
-    if spec.type == "long":
+    if spec.type in ("long", "bigint", "int"):
         lo, hi = int(spec.min if spec.min is not None else 0), int(spec.max if spec.max is not None else 10**6)
         return rng.randint(lo, hi)
-    if spec.type == "double":
+    if spec.type in ("double", "float"):
         return rng.uniform(spec.min or 0.0, spec.max if spec.max is not None else 1000.0)
     if spec.type == "boolean":
         return rng.random() < 0.5
-    if spec.type == "timestamp":
+    if spec.type in ("timestamp", "timestamp_ntz"):
         return _iso(now)
+    if spec.type != "string":  # a registry field of another type (nested, decimal, ...): null when it may be
+        if not spec.required:
+            return None
+        raise ValueError(f"cannot generate a value of type {spec.type}: give the dataset a sample generator")
     return uuid.UUID(int=rng.getrandbits(128), version=4).hex
 
 
@@ -113,8 +119,17 @@ class ProduceResult:
         return (self.records + self.aborted) / self.seconds if self.seconds > 0 else 0.0
 
 
-def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None) -> Iterator[tuple[Record, bool]]:
-    """``count`` records of ``ds``: exactly ``round(count * bad_fraction)`` malformed ones."""
+def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None,
+             encoder: "Encoder | None" = None) -> Iterator[tuple[Record, bool]]:
+    """``count`` records of ``ds``: exactly ``round(count * bad_fraction)`` malformed ones.
+    ``encoder``: values in a Schema Registry format (``loglake.schemaregistry.produce``), else JSON."""
+    for key, value, ok, _obj in _records(ds, count, bad_fraction, seed, encoder):
+        yield (key, value), ok
+
+
+def _records(ds: Dataset, count: int, bad_fraction: float, seed: int | None,
+             encoder: "Encoder | None") -> Iterator[tuple[bytes | None, bytes | None, bool, dict | None]]:
+    """(key, value, good, the value as a dict) of each record ``generate`` makes."""
     if not 0.0 <= bad_fraction <= 1.0:
         raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
     rng = random.Random(seed)
@@ -130,15 +145,21 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
                 key, value = gen(rng, now)
                 while value is None:
                     key, value = gen(rng, now)
-            yield malformed(ds, rng, key, value), False
+            if encoder is not None:
+                yield key.encode(), encoder.malformed(rng, value), False, None
+            else:
+                k, v = malformed(ds, rng, key, value)
+                yield k, v, False, None
+        elif value is None:
+            yield key.encode(), None, True, None
         else:
-            yield (key.encode(), None if value is None else json.dumps(value).encode()), True
+            yield key.encode(), encoder.encode(value) if encoder is not None else json.dumps(value).encode(), True, value
 
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
             seed: int | None = None, topic: str | None = None, progress: bool = False,
             acked: list[tuple[int, int]] | None = None, transactional: bool = False,
-            transaction_size: int = 100, abort_every: int = 3) -> ProduceResult:
+            transaction_size: int = 100, abort_every: int = 3, encoder: "Encoder | None" = None) -> ProduceResult:
     """Produce ``count`` generated records to the dataset's topic (created if missing).
 
     Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
@@ -151,7 +172,13 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     its records reached the log (0: none). The log then holds commit/abort markers and
     aborted records: offsets no read_committed consumer is given. The result counts only
     the committed records (``aborted`` the others).
+
+    ``encoder``: values in a Schema Registry format, written by confluent-kafka's serializer
+    (``loglake.schemaregistry.produce.encoder``); malformed ones are then broken in that
+    format's ways (no magic byte, an unknown schema id, a payload that does not decode).
     """
+    if encoder is not None:
+        ds = encoder.ds  # its fields read from the registry
     if transactional and transaction_size < 1:
         raise ValueError(f"transaction_size must be at least 1, found {transaction_size}")
     if transactional and abort_every < 0:
@@ -182,8 +209,8 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         else:
             _count_delivered(result, [(msg.partition(), msg.offset())], acked)
 
-    # Per record of the open transaction: (key, value, ok), counted when it commits.
-    in_txn: list[tuple[bytes | None, bytes | None, bool]] = []
+    # Per record of the open transaction: (key, value, ok, value dict), counted when it commits.
+    in_txn: list[tuple[bytes | None, bytes | None, bool, dict | None]] = []
 
     def end_transaction(abort: bool) -> None:
         if abort:
@@ -194,8 +221,8 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             pending.clear()
         else:
             producer.commit_transaction(60)  # flushes: every delivery report is in
-            for key, value, ok in in_txn:
-                _count_record(result, ds, key, value, ok)
+            for key, _value, ok, obj in in_txn:
+                _count_record(result, ds, key, obj, ok)
             _count_delivered(result, pending, acked)
             pending.clear()
         result.transactions += 1
@@ -209,7 +236,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         if transactional:
             producer.init_transactions(60)
             producer.begin_transaction()
-        for i, ((key, value), ok) in enumerate(generate(ds, count, bad_fraction, seed)):
+        for i, (key, value, ok, obj) in enumerate(_records(ds, count, bad_fraction, seed, encoder)):
             while True:
                 try:
                     producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
@@ -218,14 +245,14 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
                     producer.poll(0.05)
             producer.poll(0)
             if transactional:
-                in_txn.append((key, value, ok))
+                in_txn.append((key, value, ok, obj))
                 if len(in_txn) == transaction_size or i == count - 1:
                     n = result.transactions + 1
                     end_transaction(abort=bool(abort_every) and n % abort_every == 0)
                     if i < count - 1:
                         producer.begin_transaction()
             else:
-                _count_record(result, ds, key, value, ok)
+                _count_record(result, ds, key, obj, ok)
             if bar is not None and (i + 1) % 1000 == 0:
                 bar.update(1000)
             if rate:
@@ -245,14 +272,14 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     return result
 
 
-def _count_record(result: ProduceResult, ds: Dataset, key: bytes | None, value: bytes | None, ok: bool) -> None:
+def _count_record(result: ProduceResult, ds: Dataset, key: bytes | None, value: dict | None, ok: bool) -> None:
     result.records += 1
     if ok:
         result.good += 1
         if value is None:
             result.tombstones += 1
         if ds.kind == "changelog":
-            result.last_value[key.decode()] = None if value is None else json.loads(value)
+            result.last_value[key.decode()] = value
     else:
         result.bad += 1
 

@@ -19,9 +19,10 @@ from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
 from loglake.ledger.leases import holders
 from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
 from loglake.ledger.results import last_audit, last_quality
-from loglake.ledger.schemas import schema_status
+from loglake.ledger.schemas import format_text
 from loglake.ledger.schemas import schema_text as text
 from loglake.ledger.tables import dataset_tables, snapshot
+from loglake.schemaregistry.resolve import schema_status
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
     lines.append("  tables: " + ", ".join(table_text(t) for t in st.tables))
     lines.append(f"  writer: {writer_text(st.writer)}")
     if st.schema:
+        lines.append(f"  format: {format_text(st.schema)}")
         lines.append(f"  schema: {schema_text(st.schema)}")
     lines += [f"  accepted loss: {lost_text(r)}" for r in st.lost]
     return lines

@@ -40,6 +40,7 @@ class Lab:
         self.conf_defaults = conf_defaults or {}
         self._bootstrap = bootstrap
         self._kafka: EmbeddedKafka | None = None
+        self._registry = None  # loglake.local.schema_registry.EmbeddedRegistry, started on first use
         self._spark = spark
         self._owns_spark = False
         self._n = 0
@@ -51,6 +52,21 @@ class Lab:
             self._kafka = start_broker(self.root / "kafka-home", self.heap)
             self._bootstrap = self._kafka.bootstrap
         return self._bootstrap
+
+    @property
+    def registry_url(self) -> str:
+        """The URL (Confluent API) of the lab's schema registry, started on first use."""
+        if self._registry is None:
+            from loglake.local.schema_registry import EmbeddedRegistry
+
+            self._registry = EmbeddedRegistry.on_free_port(self.root / "registry-home")
+        return self._registry.url
+
+    @property
+    def registry(self):
+        """The lab's embedded schema registry (a scenario's, to stop and start again)."""
+        self.registry_url
+        return self._registry
 
     def config(self, name: str | None = None, bootstrap: str | None = None, **conf_kwargs) -> Config:
         """A config of its own in ``root/<name>`` (conf dir, topics, state dir; a fresh name
@@ -93,6 +109,9 @@ class Lab:
     def close(self) -> None:
         """Stop the Spark session and the broker the lab started (not the caller's)."""
         self.stop_spark()
+        if self._registry is not None:
+            self._registry.stop()
+            self._registry = None
         if self._kafka is not None:
             self._kafka.stop()
             self._kafka, self._bootstrap = None, None

@@ -16,6 +16,7 @@ import random
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from confluent_kafka import Producer
 
@@ -70,13 +71,16 @@ def pool(record_bytes: int, size: int = 2000, seed: int = 7) -> list[tuple[bytes
 
 
 def produce(bootstrap: str, topic: str, count: int, record_bytes: int, *, rate: float | None = None,
-            timestamps: bool = False) -> float:
+            timestamps: bool = False, encode: Callable[[bytes], bytes] | None = None) -> float:
     """Produce ``count`` records to ``topic`` (must exist); seconds taken.
 
     ``rate`` paces the sends (records/s); the record's Kafka timestamp is its send time
-    (CreateTime), which is what freshness is measured from.
+    (CreateTime), which is what freshness is measured from. ``encode`` turns each JSON value
+    of the pool into another format once, before the sends (the same records in Avro, say).
     """
     records = pool(record_bytes)
+    if encode is not None:
+        records = [(key, encode(value)) for key, value in records]
     # Its client log (retries while a broker starts or moves) goes to Python's logging, not
     # to the terminal of a benchmark or a soak run.
     p = Producer({"bootstrap.servers": bootstrap, "logger": logging.getLogger("loglake.kafka"),

@@ -46,7 +46,8 @@ def _templates():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
-    from loglake.ops.status import audit_text, format_duration, quality_text, retention_text, writer_text, lost_text
+    from loglake.ledger.schemas import format_text, schema_text
+    from loglake.ops.status import audit_text, format_duration, lost_text, quality_text, retention_text, writer_text
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                       autoescape=select_autoescape(["html"]), undefined=StrictUndefined)
@@ -58,7 +59,7 @@ def _templates():
 
     env.globals.update(css=Markup(CSS), dag_ids=DAG_IDS, partition_fields=PARTITION_FIELDS, shown=shown,
                        retention_text=retention_text, quality_text=quality_text, audit_text=audit_text,
-                       writer_text=writer_text, lost_text=lost_text,
+                       writer_text=writer_text, lost_text=lost_text, format_text=format_text, schema_text=schema_text,
                        state_class=lambda state: {"published": "ok", "ok": "ok", "failed": "bad"}.get(state, "muted"))
     return env
 

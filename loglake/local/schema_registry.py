@@ -1,0 +1,133 @@
+"""The embedded schema registry: Apicurio Registry on this machine, Confluent's REST API.
+
+``loglake registry start|stop|status`` (and ``loglake up``) run it for a profile whose
+``registry.embedded`` is true, on ``registry.url``'s port; the suite and the benchmarks start
+one on a free port (``loglake.testing.Lab``). Built by ``make setup`` from Maven Central
+(``setup/pom-registry.xml``, ``python -m loglake.local.jars registry``). Its state (an H2
+database file: subjects, versions, ids, compatibility rules) lives under
+``<state>/registry/``, so ids survive a restart; its log is ``<state>/logs/registry.log``.
+
+Clients use ``http://127.0.0.1:PORT/apis/ccompat/v7``, Apicurio's Confluent-compatible API.
+Where Apicurio 2.4 differs from Confluent's registry: a subject's compatibility rule is NONE
+until one is set (``PUT /config/{subject}``); a schema is looked up (a serializer with
+``auto.register.schemas`` off) by its text exactly as registered. Its
+``registry.ccompat.use-canonical-hash`` would match re-spaced text too, but it then hands
+back the canonical form, whose record fields are sorted by name: records written in the
+declared order would no longer decode with it. It stays off.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from loglake.core.errors import PortInUseError, ProcessError, SetupError
+from loglake.core.paths import jar_dir, java_executable
+from loglake.core.processes import Managed, free_port, port_open, wait_for
+
+CCOMPAT = "/apis/ccompat/v7"
+
+
+def runnable_jar() -> Path:
+    jar = jar_dir("registry") / "quarkus-app" / "quarkus-run.jar"
+    if not jar.is_file():
+        raise SetupError(f"no schema registry under {jar.parent}: run `make setup` (it builds Apicurio Registry "
+                         "from Maven Central)")
+    return jar
+
+
+class EmbeddedRegistry:
+    """One Apicurio Registry on ``127.0.0.1:port`` with its state under ``home/"registry"``."""
+
+    def __init__(self, home: Path, port: int = 8081, heap: str = "128m"):
+        self.home = Path(home).absolute()
+        self.port, self.heap = port, heap
+        self.data_dir = self.home / "registry"
+        self.process = Managed(self.home, "registry")
+
+    @classmethod
+    def on_free_port(cls, home: Path, attempts: int = 3, timeout: float = 90.0) -> EmbeddedRegistry:
+        """A started registry on a port free right now (on a fresh one when another process took
+        it before the registry bound it)."""
+        for attempt in range(1, attempts + 1):
+            registry = cls(home, port=free_port())
+            try:
+                registry.start(timeout=timeout)
+                return registry
+            except PortInUseError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    @property
+    def url(self) -> str:
+        """What a Confluent-API client (confluent-kafka's ``SchemaRegistryClient``) is given."""
+        return f"http://127.0.0.1:{self.port}{CCOMPAT}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_file
+
+    def __repr__(self) -> str:
+        return f"EmbeddedRegistry(home={str(self.home)!r}, url={self.url!r})"
+
+    def command(self) -> list[str]:
+        db = f"jdbc:h2:file:{self.data_dir / 'registry'};DB_CLOSE_ON_EXIT=FALSE"
+        return [
+            java_executable(), f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+            f"-Dquarkus.datasource.jdbc.url={db}",
+            "-Dquarkus.datasource.jdbc.initial-size=1", "-Dquarkus.datasource.jdbc.min-size=1",
+            "-Dquarkus.datasource.jdbc.max-size=10",
+            "-Dquarkus.banner.enabled=false", "-Dquarkus.log.level=WARN",
+            '-Dquarkus.log.category."io.apicurio".level=WARN', '-Dquarkus.log.category."io.sentry".level=ERROR',
+            "-jar", str(runnable_jar()),
+        ]
+
+    def pid(self) -> int | None:
+        return self.process.pid()
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def answers(self, timeout: float = 2.0) -> bool:
+        """The registry's Confluent API answers (200 on the list of subjects)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Start it (a no-op when it runs) and wait until its API answers."""
+        if self.is_running():
+            wait_for(self.answers, timeout, f"the schema registry at {self.url}", log=self.process)
+            return
+        if port_open(self.port):
+            raise PortInUseError(f"the schema registry's port {self.port} is taken by another process", self.port)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.process.start(self.command())
+        try:
+            wait_for(lambda: self.answers() or self._died(), timeout, f"the schema registry at {self.url}",
+                     log=self.process)
+        except ProcessError:
+            self.stop()
+            raise
+        if not self.answers():
+            tail = self.log_path.read_text(errors="replace")[offset:].strip().splitlines()[-15:]
+            if any("Address already in use" in line or "Port already bound" in line for line in tail):
+                raise PortInUseError(f"the schema registry's port {self.port} was taken before it bound it", self.port)
+            raise ProcessError(f"the schema registry exited at start; last lines of {self.log_path}:\n"
+                               + "\n".join(tail))
+
+    def _died(self) -> bool:
+        return not self.is_running()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        return self.process.stop(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (an outage, for the tests)."""
+        self.process.kill()

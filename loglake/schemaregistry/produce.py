@@ -1,0 +1,88 @@
+"""Values in a Schema Registry format for ``loglake produce --format``: confluent-kafka's own
+serializers, with the registry, so what loglake reads is what any producer of the shop writes.
+
+The writer's schema is the subject's newest version, or a schema file given to register
+first (the registry's compatibility rules apply). Malformed records are broken in the
+format's own ways: a value without the magic byte (plain JSON), one naming a schema id the
+registry never gave, one whose payload does not decode with its schema.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import date, datetime
+from pathlib import Path
+
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import ConfigError
+from loglake.schemaregistry import SCHEMA_TYPES, client, register, versions
+from loglake.schemaregistry.resolve import KINDS, with_fields
+
+SERIALIZERS = ("avro", "json-schema")
+# An id no registry gave (ids count up from 1): what an ``unknown_schema_id`` record carries.
+UNKNOWN_ID = 2_000_000_000
+
+
+class Encoder:
+    """Serializes a dataset's values (dicts, as its generator makes them) for one topic."""
+
+    def __init__(self, config: Config, ds: Dataset, topic: str):
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        if ds.format not in SERIALIZERS:
+            raise ConfigError(f"loglake produce writes {', '.join(SERIALIZERS)} so far, not {ds.format}",
+                              key="format")
+        self.ds, self.topic = ds, topic
+        self.fields = ds.fields
+        # The schema the registry gave: the serializer finds its id (it registers nothing new).
+        serializer = {"avro": AvroSerializer, "json-schema": JSONSerializer}[ds.format]
+        self._serialize = serializer(schema_str=ds.registry.reader, schema_registry_client=client(config),
+                                     conf={"auto.register.schemas": False})
+        self._context = SerializationContext(topic, MessageField.VALUE)
+
+    def encode(self, value: dict) -> bytes:
+        return self._serialize(self._convert(value), self._context)
+
+    def _convert(self, value: dict) -> dict:
+        """The generator's JSON-style values as the serializer takes them: (Avro) ISO text as a
+        datetime for a timestamp field, as a date for a date field; a missing optional field null."""
+        if self.ds.format != "avro":
+            return value
+        out = {}
+        for name, spec in self.fields.items():
+            v = value.get(name)
+            if isinstance(v, str) and spec.type in ("timestamp", "timestamp_ntz"):
+                v = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            elif isinstance(v, str) and spec.type == "date":
+                v = date.fromisoformat(v[:10])
+            out[name] = v
+        return out
+
+    def malformed(self, rng: random.Random, value: dict) -> bytes:
+        """A value the speed layer must quarantine, broken in one of the format's ways."""
+        good = self.encode(value)
+        kind = rng.choice(["no_magic_byte", "unknown_schema_id", "undecodable"])
+        if kind == "no_magic_byte":
+            return json.dumps(value).encode()
+        if kind == "unknown_schema_id":
+            return bytes([0]) + UNKNOWN_ID.to_bytes(4, "big") + good[5:]
+        return good[:5] + b"\xff\xff\xff"  # a string's length that never ends: EOF while decoding
+
+
+def encoder(config: Config, ds: Dataset, topic: str | None = None, schema_file: Path | None = None) -> Encoder:
+    """An encoder of ``ds``'s values with its subject's newest version (after registering
+    ``schema_file`` under the subject, when given)."""
+    if not ds.in_registry:
+        raise ConfigError(f"dataset {ds.name} is json (its topic holds JSON values): --format writes a Schema "
+                          f"Registry format, for a dataset whose conf says format: avro", key="format")
+    if schema_file is not None:
+        text = Path(schema_file).read_text()
+        try:
+            KINDS[ds.format].parse(text)
+        except (ValueError, KeyError) as e:
+            raise ConfigError(f"{schema_file}: {e}", key="--schema") from None
+        register(config, ds.subject_name, text, SCHEMA_TYPES[ds.format])
+    return Encoder(config, with_fields(ds, versions(config, ds.subject_name)[-1]), topic or ds.topic)

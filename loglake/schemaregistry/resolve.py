@@ -1,0 +1,161 @@
+"""A registry-format dataset's fields, from its subject: which version the tables hold.
+
+A writer (the speed stream, at its start and before each micro-batch; the batch job; replay)
+resolves the dataset before it reads: ``resolve`` returns the dataset with the fields of the
+version its tables take (``Dataset.registry``), and every version of the subject records may
+carry, each with why the tables cannot hold it, if they cannot.
+
+loglake's own rules of schema change (``loglake.ledger.schemas``) decide: the tables take the
+subject's newest version when the change from the version they recorded last is additive
+(new optional fields: old rows read null); a newer version that would change or drop a column
+they hold is refused, naming the field and the versions, and the tables stay at the newest
+version they can take. Records are decoded with their own writer's schema and read as the
+tables' (Avro's resolution); those whose writer's schema the tables cannot hold are
+quarantined as ``incompatible_schema``.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from loglake.core.config import Config, Dataset, RegistrySchemas, WriterSchema
+from loglake.core.errors import ConfigError
+from loglake.schemaregistry import Version, avro, jsonschema, versions
+
+# What reads each registry format's schemas: its fields as columns, which writers a table holds.
+KINDS = {"avro": avro, "json-schema": jsonschema}
+
+
+def with_fields(ds: Dataset, version: Version, schemas: RegistrySchemas | None = None) -> Dataset:
+    """``ds`` with the fields of the subject's ``version`` (validated again: the key and the
+    quality and Z-order columns must be fields of it)."""
+    if ds.format not in KINDS:
+        raise ConfigError(f"dataset {ds.name}: format {ds.format} is not read yet ({', '.join(KINDS)} are)",
+                          key=f"datasets.{ds.name}.format")
+    try:
+        fields = KINDS[ds.format].fields(version.schema_str)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"dataset {ds.name}: subject {ds.subject_name} version {version.version} (id {version.id}) "
+                          f"is not a schema loglake can read: {e}", key=f"datasets.{ds.name}.subject") from None
+    if schemas is None:
+        schemas = RegistrySchemas(subject=ds.subject_name, version=version.version, id=version.id,
+                                  reader=version.schema_str, writers=())
+    data = {name: getattr(ds, name) for name in type(ds).model_fields if name not in ("schema_", "registry")}
+    try:
+        return Dataset.model_validate({**data, "schema": fields, "registry": schemas})
+    except ValidationError as e:
+        err = e.errors()[0]
+        cause = (err.get("ctx") or {}).get("error")
+        key = getattr(cause, "key", "") or ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"dataset {ds.name}: with subject {ds.subject_name} version {version.version}: "
+                          f"{err['msg'].removeprefix('Value error, ')}", key=f"datasets.{ds.name}.{key}") from None
+
+
+def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> Dataset:
+    """``ds`` with the fields its tables take now, read from the registry (``known``: the
+    subject's versions, already read). A json dataset, or one resolved already, as it is."""
+    from loglake.ledger.schemas import breaking_changes, describe_changes
+
+    if ds.resolved and known is None:  # a json dataset's fields are its conf's; resolved already
+        return ds
+    found = known if known is not None else versions(config, ds.subject_name)
+    if not found:
+        raise ConfigError(f"subject {ds.subject_name!r} has no version in the schema registry at "
+                          f"{config.registry.url}", key=f"datasets.{ds.name}.subject")
+    wrong = [v for v in found if v.schema_type != schema_type(ds)]
+    if wrong:
+        raise ConfigError(f"dataset {ds.name} is {ds.format} but subject {ds.subject_name} version {wrong[0].version} "
+                          f"is {wrong[0].schema_type}", key=f"datasets.{ds.name}.format")
+    newest = found[-1]
+    reader, refused, why = newest, None, None
+    for candidate in reversed(found):
+        breaking = breaking_changes(config, with_fields(ds, candidate))
+        if not breaking:
+            reader = candidate
+            break
+        if candidate is newest:
+            refused, why = newest.version, describe_changes(breaking)
+    else:
+        # Not one version fits what the tables hold (a subject deleted and made anew): the
+        # newest is refused like a conf change would be.
+        raise ConfigError(f"dataset {ds.name}: no version of subject {ds.subject_name} fits its tables ({why})",
+                          key=f"datasets.{ds.name}.subject")
+    table = with_fields(ds, reader)
+    writers = tuple(WriterSchema(id=v.id, version=v.version, schema_str=v.schema_str,
+                                 refused=_writer_refusal(ds, v, reader, table)) for v in found)
+    if refused is not None:
+        why = (f"subject {ds.subject_name} version {refused} is refused as the tables' schema: {why}; they stay at "
+               f"version {reader.version}")
+    schemas = RegistrySchemas(subject=ds.subject_name, version=reader.version, id=reader.id, reader=reader.schema_str,
+                              writers=writers, refused_version=refused, refused=why)
+    return with_fields(ds, reader, schemas)
+
+
+def _writer_refusal(ds: Dataset, v: Version, reader: Version, table: Dataset) -> str | None:
+    try:
+        problem = KINDS[ds.format].refusal(table.fields, v.schema_str)
+    except (ValueError, KeyError, TypeError) as e:
+        problem = f"it is not a schema loglake can read: {e}"
+    if problem is None:
+        return None
+    return (f"written with subject {ds.subject_name} version {v.version} (id {v.id}), which the tables (version "
+            f"{reader.version}) cannot hold: {problem}")
+
+
+def schema_type(ds: Dataset) -> str:
+    from loglake.schemaregistry import SCHEMA_TYPES
+
+    return SCHEMA_TYPES[ds.format]
+
+
+class Follower:
+    """A dataset's subject followed while data flows: ``current()`` before each micro-batch
+    asks the registry for the subject's versions (one call) and resolves the dataset again
+    only when they changed, reading only the new versions."""
+
+    def __init__(self, config: Config, ds: Dataset):
+        self.config, self.base = config, ds
+        self.known: list[Version] = []
+        self.ds: Dataset | None = None
+
+    def current(self) -> tuple[Dataset, bool]:
+        """(the dataset resolved, whether that changed since the last call)."""
+        from loglake.schemaregistry import call, client, version
+
+        subject = self.base.subject_name
+        c = client(self.config)
+        numbers = sorted(call(self.config, f"versions of {subject}", lambda: c.get_versions(subject)))
+        if self.ds is not None and numbers == [v.version for v in self.known]:
+            return self.ds, False
+        have = {v.version: v for v in self.known}
+        if any(n not in numbers for n in have):  # a version deleted: read them all again
+            have = {}
+        found = []
+        for n in numbers:
+            if n not in have:
+                have[n] = version(self.config, subject, n)
+            found.append(have[n])
+        before = self.ds
+        self.known, self.ds = found, resolve(self.config, self.base, found)
+        return self.ds, before is None or before.registry != self.ds.registry
+
+
+def schema_status(config: Config, ds: Dataset) -> dict:
+    """``loglake.ledger.schemas.schema_status`` for any dataset: for a registry format also its
+    subject, the version the tables take and what was refused; the registry away (or the
+    subject not registered yet) is said, not raised."""
+    from loglake.core.errors import LoglakeError
+    from loglake.ledger import schemas
+    from loglake.schemaregistry import versions
+
+    if not ds.in_registry:
+        return schemas.schema_status(config, ds)
+    out: dict = {"format": ds.format, "subject": ds.subject_name}
+    try:
+        ds = resolve(config, ds, versions(config, ds.subject_name, seconds=5.0))
+    except LoglakeError as e:
+        return {**out, "registry_error": str(e)}
+    out.update(subject_version=ds.registry.version, schema_id=ds.registry.id)
+    if ds.registry.refused:
+        out["registry_refused"] = ds.registry.refused
+    return {**schemas.schema_status(config, ds), **out}

@@ -1,0 +1,130 @@
+"""Decode a registry-format topic's records in Spark: one decoder for speed and batch.
+
+A record's value is the registry's wire format: a magic byte 0, a 4-byte big-endian schema
+id, the payload. Each record is decoded with the schema its id names (its writer's) and read
+as the tables' schema (``Dataset.registry``, resolved by ``loglake.schemaregistry.resolve``):
+one ``from_avro`` per writer schema, chosen by the id in one CASE, all in the JVM (no Python
+worker). What does not decode gets its own reason, with the record's provenance:
+
+- ``no_magic_byte``: the value does not start with the magic byte and an id;
+- ``unknown_schema_id``: the id is not a version of the dataset's subject;
+- ``incompatible_schema``: its writer's schema is one the tables cannot hold (a field they
+  have dropped or retyped: ``loglake.schemaregistry.resolve``);
+- ``undecodable``: the payload does not decode with its writer's schema;
+- as for JSON topics: ``oversized``, ``null_value`` (events), ``null_key`` and ``key_mismatch``
+  (changelogs).
+
+The output has ``spark_jobs.parse.validate``'s shape, so everything after it is shared.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from loglake.core.config import Dataset
+
+# A field the reader's schema gains, with a default: every record that decodes reads it as
+# true. A record that does not decode comes out of ``from_avro`` (PERMISSIVE) as a struct of
+# nulls, which a record whose fields are all null would be too: this field tells them apart.
+SENTINEL = "_loglake_decoded"
+
+
+def _with_sentinel(reader: str) -> str:
+    schema = json.loads(reader)
+    schema["fields"] = [*schema["fields"], {"name": SENTINEL, "type": "boolean", "default": True}]
+    return json.dumps(schema)
+
+
+def _reason(code: str, message: Column | str) -> Column:
+    msg = F.lit(message) if isinstance(message, str) else message
+    return F.struct(F.lit(code).alias("code"), msg.alias("message"))
+
+
+def _avro(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callable[[Column], Column]]:
+    """One ``from_avro`` per writer schema the tables can hold, chosen by the record's id, read
+    as the tables' schema; (the decoded struct, what says it did not decode)."""
+    from pyspark.sql.avro.functions import from_avro
+
+    schemas = ds.registry
+    options = {"mode": "PERMISSIVE", "avroSchema": _with_sentinel(schemas.reader)}
+    decoded = None
+    for w in schemas.writers:
+        if w.refused is None:
+            one = from_avro(payload, w.schema_str, options)
+            decoded = F.when(sid == w.id, one) if decoded is None else decoded.when(sid == w.id, one)
+    if decoded is None:  # no version the tables can hold: every record is refused
+        decoded = F.lit(None)
+    return decoded, lambda d: d.getField(SENTINEL).isNull()
+
+
+def _json(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callable[[Column], Column]]:
+    """JSON Schema: the payload is JSON, read as the tables' columns (``from_json``, a value of
+    another type than its column's makes the record undecodable)."""
+    ddl = ", ".join(f"`{n}` {f.type}" for n, f in ds.fields.items()) + f", `{CORRUPT}` string"
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, "allowSingleQuotes": "false",
+               "allowNonNumericNumbers": "false"}
+    decoded = F.from_json(payload.cast("string"), ddl, options)
+    return decoded, lambda d: d.isNull() | d.getField(CORRUPT).isNotNull()
+
+
+CORRUPT = "_loglake_corrupt"
+
+
+def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
+    """The three projections of ``parse.validate`` for a registry-format dataset: the Kafka
+    columns renamed, the value decoded, the fields and the reason."""
+    schemas = ds.registry
+    base = [
+        F.col("topic").alias("_topic"), F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"), "key", "value",
+        F.col("key").cast("string").alias("_key"),
+        F.expr("cast(conv(hex(substr(value, 2, 4)), 16, 10) as bigint)").alias("_schema_id"),
+    ]
+    value, sid, key = F.col("value"), F.col("_schema_id"), F.col("_key")
+    framed = (F.octet_length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytes([0])))
+    decoded, failed = (_avro if ds.format == "avro" else _json)(ds, F.expr("substr(value, 6)"), sid)
+    checked = ["*", F.when(framed, decoded).alias("_decoded")]
+
+    value_null = value.isNull()
+    known = {w.id: w for w in schemas.writers}
+    checks = [F.when(F.octet_length(value) > ds.max_value_bytes, _reason(
+        "oversized", F.concat(F.lit("value of "), F.octet_length(value).cast("string"),
+                              F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
+    if ds.kind == "events":
+        checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
+    else:
+        checks.append(F.when(value_null & key.isNull(), _reason("null_key", "tombstone without a key")))
+    checks.append(F.when(~value_null & ~framed, _reason(
+        "no_magic_byte", "value does not start with the Schema Registry magic byte 0 and a 4-byte schema id "
+                         f"(not written by a serializer of subject {schemas.subject}'s registry)")))
+    checks.append(F.when(~value_null & ~sid.isin(*known) if known else ~value_null, _reason(
+        "unknown_schema_id", F.concat(F.lit("schema id "), sid.cast("string"),
+                                      F.lit(f" is not a version of subject {schemas.subject}")))))
+    for w in schemas.writers:
+        if w.refused is not None:
+            checks.append(F.when(~value_null & (sid == w.id), _reason("incompatible_schema", w.refused)))
+    checks.append(F.when(~value_null & failed(F.col("_decoded")), _reason(
+        "undecodable", F.concat(F.lit("payload does not decode with schema id "), sid.cast("string"),
+                                F.lit(f" (subject {schemas.subject})")))))
+    fields = {n: F.col("_decoded").getField(n) for n in ds.fields}
+    for n, f in ds.fields.items():  # JSON may leave out what its schema requires; Avro cannot
+        if f.required:
+            checks.append(F.when(~value_null & fields[n].isNull(), _reason(
+                "missing_field", f"required field {n!r} is missing or null")))
+    if ds.kind == "changelog":
+        k = fields[ds.key]
+        checks.append(F.when(~value_null & (key.isNull() | (key != k.cast("string"))), _reason(
+            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(key, F.lit("null")),
+                                     F.lit(f" differs from field {ds.key!r} = "),
+                                     F.coalesce(k.cast("string"), F.lit("null"))))))
+        fields[ds.key] = F.when(value_null, key.cast(ds.fields[ds.key].type)).otherwise(k)
+    reason = F.coalesce(*checks)
+    out = [fields[n].alias(n) for n in ds.fields]
+    if ds.kind == "changelog":
+        out.append(value_null.alias("_deleted"))
+    final = [*provenance, "key", "value", reason.alias("_reason"), *out]
+    return base, checked, final

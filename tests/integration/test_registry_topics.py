@@ -1,0 +1,357 @@
+"""Topics in the Schema Registry's Avro format, through a real registry (Apicurio, Confluent
+API), a real broker and Spark: decoded the same in speed and batch, evolved through the
+registry, bad records quarantined each with its own reason.
+
+The records are written by confluent-kafka's own ``AvroSerializer`` (not by loglake's
+producer), and what the tables hold is checked against what was written, so a bug shared by
+loglake's writer and reader cannot hide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import functions as F
+
+from loglake.ledger.planning import plan_batch
+from loglake.schemaregistry.resolve import resolve
+from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.streaming import run_speed
+
+pytestmark = pytest.mark.integration
+
+V1 = {
+    "type": "record", "name": "Order", "namespace": "shop",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "lines", "type": {"type": "array", "items": {
+            "type": "record", "name": "Line", "fields": [{"name": "sku", "type": "string"},
+                                                         {"name": "qty", "type": "int"}]}}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+# An optional field added: taken while data flows, the rows before it read null.
+V2 = {**V1, "fields": [*V1["fields"], {"name": "channel", "type": ["null", "string"], "default": None}]}
+# A field the tables hold dropped: refused as the tables' schema, its records quarantined.
+V3 = {**V2, "fields": [f for f in V2["fields"] if f["name"] != "amount"]}
+
+ORDERS = {"kind": "events", "partitions": 3, "key": "order_id", "format": "avro"}
+
+
+@pytest.fixture
+def config(make_config, registry_url):
+    return make_config(registry=registry_url, extra_datasets={"orders": ORDERS})
+
+
+def order(i: int, channel: bool = False) -> dict:
+    v = {"order_id": i, "placed_at": datetime(2026, 11, 26, 12, 0, i % 60, (i % 1000) * 1000, tzinfo=timezone.utc),
+         "day": datetime(2026, 11, 1 + i % 28).date(), "amount": Decimal(f"{i}.{i % 100:02d}"),
+         "lines": [{"sku": f"sku-{i}", "qty": i % 7}], "tags": {"n": str(i)}, "note": None if i % 2 else f"n{i}"}
+    if channel:
+        v["channel"] = "web" if i % 3 else None
+    return v
+
+
+class Writer:
+    """A plain confluent-kafka producer with its Avro serializer, as any shop's producer is."""
+
+    def __init__(self, config, ds):
+        self.registry = SchemaRegistryClient({"url": config.registry.url})
+        self.topic, self.subject = ds.topic, ds.subject_name
+        self.serializers: dict[str, AvroSerializer] = {}
+        self.producer = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "enable.idempotence": True,
+                                  "logger": logging.getLogger("tests.kafka")})
+
+    def register(self, schema: dict) -> int:
+        return self.registry.register_schema(self.subject, Schema(json.dumps(schema), "AVRO"))
+
+    def write(self, schema: dict, values: list[dict]) -> None:
+        text = json.dumps(schema)
+        if text not in self.serializers:  # one per schema: it keeps the id it looked up
+            self.serializers[text] = AvroSerializer(self.registry, text, conf={"auto.register.schemas": False})
+        ser = self.serializers[text]
+        ctx = SerializationContext(self.topic, MessageField.VALUE)
+        for v in values:
+            self.producer.produce(self.topic, key=str(v["order_id"]).encode(), value=ser(v, ctx))
+        self.raw([])
+
+    def raw(self, values: list[bytes]) -> None:
+        for v in values:
+            self.producer.produce(self.topic, key=b"raw", value=v)
+        assert self.producer.flush(30) == 0
+
+
+def framed(schema_id: int, schema: dict, value: dict) -> bytes:
+    """The registry's wire format written by hand (fastavro): magic byte, id, payload."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), value)
+    return bytes([0]) + schema_id.to_bytes(4, "big") + buf.getvalue()
+
+
+def rows(spark, path: str):
+    return spark.read.format("delta").load(path)
+
+
+def publish_all(spark, config, ds):
+    plan = plan_batch(config, ds)
+    return recompute_and_publish(spark, config, ds, plan, run_id=f"test-{plan.ranges[0].end}")
+
+
+def test_an_avro_topic_evolving_mid_stream_lands_once_in_speed_and_batch_and_they_agree(spark, config):
+    ds = config.dataset("orders")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    w.register(V1)
+    w.write(V1, [order(i) for i in range(1, 151)])
+    run_speed(spark, config, ds, available_now=True)
+    w.register(V2)
+    w.write(V2, [order(i, channel=True) for i in range(151, 301)])
+    run_speed(spark, config, ds, available_now=True)
+
+    speed = rows(spark, config.table_path(ds, "speed"))
+    types = dict(speed.dtypes)
+    assert {n: types[n] for n in ("order_id", "placed_at", "day", "amount", "lines", "tags", "note", "channel")} == {
+        "order_id": "bigint", "placed_at": "timestamp", "day": "date", "amount": "decimal(10,2)",
+        "lines": "array<struct<sku:string,qty:int>>", "tags": "map<string,string>", "note": "string",
+        "channel": "string"}
+    assert speed.count() == 300 and speed.select("_partition", "_offset").distinct().count() == 300
+    got = {r["order_id"]: r for r in speed.collect()}
+    for i in (1, 2, 150, 151, 152, 300):
+        want, r = order(i, channel=i > 150), got[i]
+        assert r["placed_at"].astimezone(timezone.utc) == want["placed_at"]
+        assert (r["day"], r["amount"], r["note"], r["tags"]) == (want["day"], want["amount"], want["note"], want["tags"])
+        assert [(x["sku"], x["qty"]) for x in r["lines"]] == [(x["sku"], x["qty"]) for x in want["lines"]]
+        assert r["channel"] == want.get("channel")  # the rows written before version 2 read null
+    assert rows(spark, config.table_path(ds, "quarantine")).count() == 0
+
+    publish_all(spark, config, ds)
+    batch = rows(spark, config.table_path(ds, "batch"))
+    # Row for row, every field (a map as its JSON: set operations do not compare maps).
+    cols = [F.to_json(c).alias(c) if c == "tags" else c for c in speed.columns
+            if not c.startswith("_") or c in ("_partition", "_offset")]
+    assert batch.count() == 300
+    assert speed.select(*cols).exceptAll(batch.select(*cols)).count() == 0
+    assert batch.select(*cols).exceptAll(speed.select(*cols)).count() == 0
+
+
+def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
+    ds = config.dataset("orders")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    v1 = w.register(V1)
+    w.write(V1, [order(i) for i in range(1, 21)])
+    good = AvroSerializer(w.registry, json.dumps(V1), conf={"auto.register.schemas": False})(
+        order(99), SerializationContext(ds.topic, MessageField.VALUE))
+    w.raw([json.dumps({"order_id": 1}).encode(),                        # no magic byte
+           bytes([0]) + (2_000_000_000).to_bytes(4, "big") + good[5:],  # an id no registry gave
+           good[:5] + b"\xff\xff\xff"])                                 # does not decode with v1
+    run_speed(spark, config, ds, available_now=True)  # the tables hold version 1 now
+    w.registry.set_compatibility(ds.subject_name, "NONE")
+    w.register(V2)
+    w.register(V3)  # drops amount, which the tables hold
+    w.write(V3, [{k: v for k, v in order(i, channel=True).items() if k != "amount"} for i in range(21, 26)])
+
+    resolved = resolve(config, ds)
+    assert resolved.registry.version == 2 and resolved.registry.refused_version == 3
+    assert "amount" in resolved.registry.refused
+    run_speed(spark, config, ds, available_now=True)
+
+    q = {r["reason_code"]: r for r in rows(spark, config.table_path(ds, "quarantine")).collect()}
+    reasons = rows(spark, config.table_path(ds, "quarantine")).groupBy("reason_code").count().collect()
+    assert {r["reason_code"]: r["count"] for r in reasons} == {
+        "no_magic_byte": 1, "unknown_schema_id": 1, "undecodable": 1, "incompatible_schema": 5}
+    assert "2000000000 is not a version of subject" in q["unknown_schema_id"]["reason"]
+    assert f"schema id {v1}" in q["undecodable"]["reason"]
+    assert "version 3" in q["incompatible_schema"]["reason"] and "'amount'" in q["incompatible_schema"]["reason"]
+    assert q["no_magic_byte"]["value"] == json.dumps({"order_id": 1}).encode()
+    speed = rows(spark, config.table_path(ds, "speed"))
+    assert speed.count() == 20
+    assert speed.where(F.col("channel").isNotNull()).count() == 0
+
+
+# A flat schema loglake's own generator can fill (``loglake produce``'s path).
+CLICKS = {"type": "record", "name": "Click", "fields": [
+    {"name": "user_id", "type": "long"}, {"name": "url", "type": "string"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "referrer", "type": ["null", "string"], "default": None}]}
+
+
+def test_an_avro_topic_written_in_transactions_lands_its_committed_records_once_and_no_aborted_one(
+        spark, make_config, registry_url):
+    from loglake.local.produce import produce
+    from loglake.schemaregistry import register
+    from loglake.schemaregistry.produce import encoder
+    from tests.integration.test_transactions import landed, log_offsets
+
+    config = make_config(registry=registry_url, extra_datasets={
+        "clicks": {"kind": "events", "partitions": 3, "key": "user_id", "format": "avro"}})
+    ds = config.dataset("clicks")
+    register(config, ds.subject_name, json.dumps(CLICKS))
+    enc = encoder(config, ds)
+    plain = produce(config, ds, 300, bad_fraction=0.05, seed=301, encoder=enc)
+    txn = produce(config, ds, 600, bad_fraction=0.05, seed=302, transactional=True, transaction_size=40,
+                  abort_every=3, encoder=enc)
+    assert (txn.transactions, txn.aborted_transactions, txn.aborted) == (15, 5, 200)
+    committed = log_offsets(config, ds.topic, "read_committed")
+    aborted = log_offsets(config, ds.topic, "read_uncommitted") - committed
+    assert len(committed) == plain.records + txn.records == 700 and len(aborted) == 200
+
+    run_speed(spark, config, ds, available_now=True)
+    publish_all(spark, config, ds)
+    for layer in ("speed", "batch"):
+        got = landed(spark, config, ds, layer)
+        assert len(got) == len(set(got)), f"an offset landed twice in the {layer} layer"
+        assert set(got) == committed, f"{layer}: not every committed record once, or an aborted one landed"
+    q = rows(spark, config.table_path(ds, "quarantine")).where("_layer = 'speed'")
+    assert q.count() == plain.bad + txn.bad
+    assert {r[0] for r in q.select("reason_code").distinct().collect()} <= {
+        "no_magic_byte", "unknown_schema_id", "undecodable"}
+
+
+def test_a_registry_outage_mid_stream_is_waited_out_without_a_lost_or_quarantined_record(spark, services, config,
+                                                                                           caplog):
+    import threading
+
+    caplog.set_level(logging.INFO, logger="loglake.retry")
+    from spark_jobs.streaming import start_stream
+
+    ds = config.dataset("orders")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    w.register(V1)
+    w.write(V1, [order(i) for i in range(1, 41)])
+    query, _recorder = start_stream(spark, config, ds)
+    try:
+        query.processAllAvailable()
+        registry = services.registry
+        registry.stop()
+        try:
+            assert not registry.answers()
+            w.write(V1, [order(i) for i in range(41, 81)])  # the serializer knows its id already
+            back = threading.Timer(8.0, registry.start)
+            back.start()
+            query.processAllAvailable()  # the micro-batch waits for the registry, then lands
+            back.join()
+        finally:
+            registry.start()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    waited = [r.getMessage() for r in caplog.records if "RegistryUnavailableError" in r.getMessage()]
+    assert waited, "the micro-batch never met the outage (the test would prove nothing)"
+    speed = rows(spark, config.table_path(ds, "speed"))
+    assert speed.count() == 80 and speed.select("_partition", "_offset").distinct().count() == 80
+    assert rows(spark, config.table_path(ds, "quarantine")).count() == 0
+
+
+def test_records_of_a_schema_not_yet_in_the_subject_are_replayed_once_it_is(spark, config):
+    from spark_jobs.replay import replay
+
+    ds = config.dataset("orders")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    w.register(V1)
+    # Version 2 is registered under another subject only: its records carry an id the
+    # dataset's subject does not have yet.
+    v2_id = w.registry.register_schema(f"{ds.subject_name}-staging", Schema(json.dumps(V2), "AVRO"))
+    w.write(V1, [order(i) for i in range(1, 11)])
+    w.raw([framed(v2_id, V2, order(i, channel=True)) for i in range(11, 16)])
+    run_speed(spark, config, ds, available_now=True)
+    q = rows(spark, config.table_path(ds, "quarantine"))
+    assert {r["reason_code"] for r in q.collect()} == {"unknown_schema_id"} and q.count() == 5
+
+    assert w.register(V2) == v2_id  # the same schema under the dataset's subject: the same id
+    summary = replay(spark, config, ds, "replay-test")
+    assert summary.speed == {"valid": {"unknown_schema_id": 5}, "invalid": {}}
+    speed = rows(spark, config.table_path(ds, "speed"))
+    assert speed.count() == 15 and speed.where("channel = 'web'").count() == 3
+    assert rows(spark, config.table_path(ds, "quarantine")).where("_layer = 'speed'").count() == 0
+
+
+SHIPMENT_V1 = {"type": "object", "properties": {
+    "shipment_id": {"type": "integer"}, "sent_at": {"type": "string", "format": "date-time"},
+    "weight": {"type": "number"}, "parcels": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "qty": {"type": "integer"}}}},
+    "carrier": {"type": ["null", "string"]}}, "required": ["shipment_id", "sent_at", "weight"]}
+SHIPMENT_V2 = {**SHIPMENT_V1, "properties": {**SHIPMENT_V1["properties"], "insured": {"type": "boolean"}}}
+
+
+def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_records_get_their_reasons(
+        spark, make_config, registry_url):
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    config = make_config(registry=registry_url, extra_datasets={
+        "shipments": {"kind": "events", "partitions": 2, "key": "shipment_id", "format": "json-schema"}})
+    ds = config.dataset("shipments")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    ctx = SerializationContext(ds.topic, MessageField.VALUE)
+
+    def shipment(i: int, insured: bool = False) -> dict:
+        v = {"shipment_id": i, "sent_at": f"2026-11-26T10:{i % 60:02d}:00.000Z", "weight": i + 0.5,
+             "parcels": [{"sku": f"s{i}", "qty": 1 + i % 3}], "carrier": None if i % 2 else "dhl"}
+        if insured:
+            v["insured"] = i % 2 == 0
+        return v
+
+    def write(schema: dict, values: list[dict]) -> bytes:
+        ser = JSONSerializer(json.dumps(schema), w.registry, conf={"auto.register.schemas": False})
+        out = [ser(v, ctx) for v in values]
+        for v, b in zip(values, out):
+            w.producer.produce(ds.topic, key=str(v["shipment_id"]).encode(), value=b)
+        w.raw([])
+        return out[0]
+
+    w.registry.register_schema(ds.subject_name, Schema(json.dumps(SHIPMENT_V1), "JSON"))
+    first = write(SHIPMENT_V1, [shipment(i) for i in range(1, 31)])
+    w.raw([b'{"shipment_id": 1}',                                             # no magic byte
+           first[:5] + b'{"shipment_id": 7, "sent_at": "2026-11-26T10:00:00Z"',  # not JSON
+           first[:5] + b'{"shipment_id": "x7", "sent_at": "2026-11-26T10:00:00Z", "weight": 1}',  # a wrong type
+           first[:5] + b'{"shipment_id": 8, "sent_at": "2026-11-26T10:00:00Z"}'])  # a required field missing
+    run_speed(spark, config, ds, available_now=True)
+    w.registry.register_schema(ds.subject_name, Schema(json.dumps(SHIPMENT_V2), "JSON"))
+    write(SHIPMENT_V2, [shipment(i, insured=True) for i in range(31, 61)])
+    run_speed(spark, config, ds, available_now=True)
+    publish_all(spark, config, ds)
+
+    speed, batch = (rows(spark, config.table_path(ds, layer)) for layer in ("speed", "batch"))
+    assert dict(speed.dtypes)["parcels"] == "array<struct<sku:string,qty:bigint>>"
+    assert dict(speed.dtypes)["sent_at"] == "timestamp" and dict(speed.dtypes)["insured"] == "boolean"
+    assert speed.count() == batch.count() == 60
+    cols = [c for c in speed.columns if not c.startswith("_") or c in ("_partition", "_offset")]
+    assert speed.select(*cols).exceptAll(batch.select(*cols)).count() == 0
+    assert batch.select(*cols).exceptAll(speed.select(*cols)).count() == 0
+    got = {r["shipment_id"]: r for r in speed.collect()}
+    assert got[2]["carrier"] == "dhl" and got[2]["insured"] is None and got[32]["insured"] is True
+    assert got[5]["parcels"][0]["qty"] == 3 and got[5]["weight"] == 5.5
+    q = rows(spark, config.table_path(ds, "quarantine"))
+    for layer in ("speed", "batch"):
+        reasons = {r["reason_code"]: r["count"] for r in q.where(F.col("_layer") == layer)
+                   .groupBy("reason_code").count().collect()}
+        assert reasons == {"no_magic_byte": 1, "undecodable": 2, "missing_field": 1}, layer

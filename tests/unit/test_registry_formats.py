@@ -1,0 +1,99 @@
+"""Registry-format datasets without services: the conf's keys, Avro types as columns, which
+writer schemas a table can hold. Decoding itself is checked against spark-avro in
+tests/integration/test_registry_topics.py (the column types here are the ones it gives)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loglake.core.config import Dataset, RegistrySettings
+from loglake.core.errors import ConfigError
+from loglake.schemaregistry import avro
+
+
+def dataset(**over) -> Dataset:
+    data = {"name": "orders", "topic": "orders", "partitions": 3, "key": "order_id", "format": "avro",
+            "tables": {"speed": "speed.orders", "batch": "batch.orders", "quarantine": "quarantine.orders"}}
+    return Dataset.model_validate({**data, **over})
+
+
+RICH = {
+    "type": "record", "name": "Order", "namespace": "shop",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "local_at", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "count", "type": "int", "default": 0},
+        {"name": "ratio", "type": "float"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+        {"name": "raw", "type": {"type": "fixed", "name": "Md5", "size": 16}},
+        {"name": "lines", "type": {"type": "array", "items": {
+            "type": "record", "name": "Line", "fields": [{"name": "sku", "type": "string"},
+                                                         {"name": "qty", "type": "int"}]}}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "first_line", "type": ["null", "Line"], "default": None},
+        {"name": "either", "type": ["int", "long"]},
+        {"name": "mixed", "type": ["null", "string", "long"], "default": None},
+    ],
+}
+
+
+def test_avro_types_become_spark_columns_with_logical_types_nested_records_and_unions():
+    fields = avro.fields(json.dumps(RICH))
+    assert {n: f.type for n, f in fields.items()} == {
+        "order_id": "bigint", "placed_at": "timestamp", "local_at": "timestamp_ntz", "day": "date",
+        "amount": "decimal(10,2)", "note": "string", "count": "int", "ratio": "float", "status": "string",
+        "raw": "binary", "lines": "array<struct<sku:string,qty:int>>", "tags": "map<string,string>",
+        "first_line": "struct<sku:string,qty:int>", "either": "bigint", "mixed": "struct<member0:string,member1:bigint>",
+    }
+    # Required unless it may be null or has a default (a record written before it existed reads that).
+    assert [n for n, f in fields.items() if not f.required] == ["note", "count", "first_line", "mixed"]
+
+
+def test_a_writer_the_table_cannot_hold_is_named_with_its_field():
+    v1 = {"type": "record", "name": "T", "fields": [{"name": "id", "type": "long"}, {"name": "who", "type": "string"}]}
+    table = avro.fields(json.dumps(v1))
+    added = {**v1, "fields": [*v1["fields"], {"name": "extra", "type": ["null", "int"], "default": None}]}
+    promoted = {**v1, "fields": [{"name": "id", "type": "int"}, v1["fields"][1]]}
+    dropped = {**v1, "fields": [v1["fields"][0]]}
+    retyped = {**v1, "fields": [v1["fields"][0], {"name": "who", "type": "long"}]}
+    assert avro.refusal(table, json.dumps(added)) is None  # the table ignores the field it lacks
+    assert avro.refusal(table, json.dumps(promoted)) is None  # int reads as long (Avro's promotion)
+    assert avro.refusal(table, json.dumps(dropped)) == "it lacks field 'who' (string), which the table requires"
+    assert avro.refusal(table, json.dumps(retyped)) == "its field 'who' is bigint where the table holds string"
+
+
+def test_a_value_schema_must_be_a_record():
+    with pytest.raises(ValueError, match="must be an Avro record"):
+        avro.fields('"string"')
+
+
+def test_a_registry_dataset_takes_no_schema_block_and_its_fields_wait_for_the_registry():
+    ds = dataset()
+    assert ds.subject_name == "orders-value" and ds.in_registry and not ds.resolved
+    with pytest.raises(ConfigError, match="fields come from the registry"):
+        ds.fields
+    with pytest.raises(ValueError, match="takes its schema from the registry"):
+        dataset(schema={"order_id": {"type": "long"}})
+    with pytest.raises(ValueError, match="subject: is for datasets in a registry format"):
+        dataset(format="json", subject="x", schema={"order_id": {"type": "long"}})
+    with pytest.raises(ValueError, match="needs a schema: block"):
+        dataset(format="json")
+    assert dataset(subject="shop.Order").subject_name == "shop.Order"
+
+
+def test_registry_settings_refuse_a_bad_url_and_half_a_login():
+    with pytest.raises(ValueError, match="is not an http"):
+        RegistrySettings(url="registry:8081")
+    with pytest.raises(ValueError, match="needs both username and password"):
+        RegistrySettings(url="https://r:8081", username="u")
+    s = RegistrySettings(url="https://r.example:8443/apis/ccompat/v7/", username="u", password="s3cret", ca_file="/ca.pem")
+    assert s.port == 8443 and s.url.endswith("/v7")
+    assert s.client_conf() == {"url": "https://r.example:8443/apis/ccompat/v7", "basic.auth.user.info": "u:s3cret",
+                               "ssl.ca.location": "/ca.pem"}
+    assert "s3cret" not in repr(s)
