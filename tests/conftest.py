@@ -28,14 +28,18 @@ testing.conf.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # ``--dist loadfile`` (``make test``), with one change: the files that run a whole Airflow (the
 # system tier) are one unit, run first and one after another on one worker, while the other
 # worker takes the integration files. Two Airflows side by side on two cores (eight pollers,
-# their spark-submits) slowed both, and an api-server then met SQLite's lock or a scheduler
-# its heartbeat timeout. (xdist's own ``--dist loadgroup`` marks groups by a node id suffix
-# that pytest 9's node ids no longer carry.)
-SERIAL_TIER = "tests/system/"
+# their spark-submits) slowed both, and an api-server then met SQLite's lock. (xdist's own
+# ``--dist loadgroup`` marks groups by a node id suffix that pytest 9's node ids no longer carry.)
+TIER_ORDER = ("tests/system/", "tests/integration/", "tests/reliability/")  # then the rest: unit
+SERIAL_TIER = TIER_ORDER[0]
+
+
+def _load_file(config) -> bool:
+    return config.getvalue("dist") == "loadfile"
 
 
 def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadfile":
+    if not _load_file(config):
         return None
     from xdist.scheduler import LoadFileScheduling
 
@@ -51,15 +55,18 @@ def pytest_xdist_make_scheduler(config, log):
     return SystemTierSerial(config, log)
 
 
-TIER_ORDER = ("tests/system/", "tests/integration/", "tests/reliability/")  # then the rest: unit
-
-
 def tier_rank(nodeid: str) -> int:
     return next((i for i, tier in enumerate(TIER_ORDER) if nodeid.startswith(tier)), len(TIER_ORDER))
 
 
+def pytest_configure_node(node):
+    # Workers see ``dist`` as "no": the controller tells them whether its scheduler is the one above.
+    node.workerinput["loglake_tier_order"] = _load_file(node.config)
+
+
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out units in this order
+    # An xdist worker under the scheduler above: it hands out units in this order.
+    if getattr(config, "workerinput", {}).get("loglake_tier_order"):
         items.sort(key=lambda item: tier_rank(item.nodeid))
 
 

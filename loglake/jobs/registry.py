@@ -26,10 +26,11 @@ from loglake.jobs.summaries import (BatchSummary, JobSummary, MaintenanceSummary
 class Job:
     """One Spark job.
 
-    ``summary``: the type of what it answers with when it succeeds; ``writes``: takes the dataset's writer lease while it runs (the speed stream appends
-    beside the writers under a stream lease of its own); ``shared``: the shared Spark
-    application runs it (a long-lived stream does not); ``needs_plan``, ``needs_run_id``,
-    ``needs_layer``: what its ``JobRequest`` must carry.
+    ``summary``: the type of what it answers with when it succeeds; ``writes``: takes the
+    dataset's writer lease while it runs (the speed stream appends beside the writers under a
+    stream lease of its own); ``shared``: the shared Spark application runs it (a long-lived
+    stream does not); ``needs_plan``, ``needs_run_id``, ``needs_layer``: what its
+    ``JobRequest`` must carry.
     """
 
     name: str

@@ -126,7 +126,8 @@ def register(config: Config, subject: str, schema_str: str, schema_type: str = "
     from confluent_kafka.schema_registry import Schema
 
     c = client(config)
-    return call(config, f"register under {subject}", lambda: c.register_schema(subject, Schema(schema_str, schema_type)))
+    schema = Schema(schema_str, schema_type)
+    return call(config, f"register under {subject}", lambda: c.register_schema(subject, schema))
 
 
 def status_line(config: Config) -> str:

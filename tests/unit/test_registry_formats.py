@@ -97,3 +97,38 @@ def test_registry_settings_refuse_a_bad_url_and_half_a_login():
     assert s.client_conf() == {"url": "https://r.example:8443/apis/ccompat/v7", "basic.auth.user.info": "u:s3cret",
                                "ssl.ca.location": "/ca.pem"}
     assert "s3cret" not in repr(s)
+
+
+def test_status_says_the_format_the_subject_version_and_what_was_refused():
+    from loglake.ledger.schemas import format_text, schema_text
+
+    assert format_text({"format": "json", "version": 1}) == "json (the schema is the dataset's conf)"
+    st = {"format": "avro", "subject": "orders-value", "subject_version": 2, "schema_id": 7, "version": 3,
+          "change": "channel: new optional field"}
+    assert format_text(st) == "avro, subject orders-value version 2 (schema id 7)"
+    assert format_text({**st, "registry_refused": "version 3 is refused"}).endswith("; REFUSED: version 3 is refused")
+    away = {"format": "avro", "subject": "orders-value", "registry_error": "the schema registry at U did not answer"}
+    assert format_text(away) == "avro, subject orders-value: the schema registry at U did not answer"
+    assert schema_text(away) == "unknown until the registry answers"
+
+
+def test_json_schema_properties_become_spark_columns():
+    from loglake.schemaregistry import jsonschema
+
+    schema = {"type": "object", "required": ["id", "at", "note"], "properties": {
+        "id": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"}, "score": {"type": "number"}, "ok": {"type": "boolean"},
+        "note": {"type": ["null", "string"]}, "kind": {"enum": ["a", "b"]},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"}}}},
+        "attrs": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "maybe": {"anyOf": [{"type": "null"}, {"type": "integer"}]}}}
+    fields = jsonschema.fields(json.dumps(schema))
+    assert {n: f.type for n, f in fields.items()} == {
+        "id": "bigint", "at": "timestamp", "day": "date", "score": "double", "ok": "boolean", "note": "string",
+        "kind": "string", "items": "array<struct<sku:string>>", "attrs": "map<string,bigint>", "maybe": "bigint"}
+    assert [n for n, f in fields.items() if f.required] == ["id", "at"]  # note may be null
+    with pytest.raises(ValueError, match=r"ref: \$ref is not followed"):
+        jsonschema.fields(json.dumps({"type": "object", "properties": {"ref": {"$ref": "#/defs/x"}}}))
+    table = jsonschema.fields(json.dumps(schema))
+    retyped = {**schema, "properties": {**schema["properties"], "id": {"type": "string"}}}
+    assert jsonschema.refusal(table, json.dumps(retyped)) == "its field 'id' is string where the table holds bigint"
