@@ -187,6 +187,14 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
     speed = rows(spark, config.table_path(ds, "speed"))
     assert speed.count() == 20
     assert speed.where(F.col("channel").isNotNull()).count() == 0
+    # What loglake status (and the UI page) says: the format, the subject's version the tables
+    # hold, and what was refused.
+    from loglake.ops.status import dataset_status, format_status
+
+    lines = format_status(ds, dataset_status(config, ds))
+    shown = next(line for line in lines if line.strip().startswith("format:"))
+    assert f"format: avro, subject {ds.subject_name} version 2 (schema id " in shown
+    assert "REFUSED" in shown and "version 3" in shown and "amount" in shown
 
 
 # A flat schema loglake's own generator can fill (``loglake produce``'s path).
