@@ -3,8 +3,9 @@
 A record's value is the registry's wire format: a magic byte 0, a 4-byte big-endian schema
 id, the payload. Each record is decoded with the schema its id names (its writer's) and read
 as the tables' schema (``Dataset.registry``, resolved by ``loglake.schemaregistry.resolve``):
-one ``from_avro`` per writer schema, chosen by the id in one CASE, all in the JVM (no Python
-worker). What does not decode gets its own reason, with the record's provenance:
+Avro by one ``from_avro`` per writer schema, chosen by the id in one CASE, JSON Schema by
+``from_json``, both in the JVM; Protobuf by a Python UDF (Spark's own reader is not served
+here). What does not decode gets its own reason, with the record's provenance:
 
 - ``no_magic_byte``: the value does not start with the magic byte and an id;
 - ``unknown_schema_id``: the id is not a version of the dataset's subject;
@@ -74,6 +75,20 @@ def _json(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callable[[
 CORRUPT = "_loglake_corrupt"
 
 
+def _protobuf(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callable[[Column], Column]]:
+    """Protobuf: no Spark reader of it is served here (``spark-protobuf``), so a Python UDF
+    decodes each payload with its writer's message (``loglake.schemaregistry.protobuf``)."""
+    from loglake.schemaregistry.protobuf import decoder
+
+    writers = {w.id: w.schema_str for w in ds.registry.writers if w.refused is None}
+    ddl = "struct<" + ",".join(f"{n}:{f.type}" for n, f in ds.fields.items()) + f",{SENTINEL}:boolean>"
+    udf = F.udf(decoder(writers, list(ds.fields)), ddl)
+    return udf(payload, sid), lambda d: d.isNull() | d.getField(SENTINEL).isNull()
+
+
+DECODERS = {"avro": _avro, "json-schema": _json, "protobuf": _protobuf}
+
+
 def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     """The three projections of ``parse.validate`` for a registry-format dataset: the Kafka
     columns renamed, the value decoded, the fields and the reason."""
@@ -86,7 +101,7 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     ]
     value, sid, key = F.col("value"), F.col("_schema_id"), F.col("_key")
     framed = (F.octet_length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytes([0])))
-    decoded, failed = (_avro if ds.format == "avro" else _json)(ds, F.expr("substr(value, 6)"), sid)
+    decoded, failed = DECODERS[ds.format](ds, F.expr("substr(value, 6)"), sid)
     checked = ["*", F.when(framed, decoded).alias("_decoded")]
 
     value_null = value.isNull()

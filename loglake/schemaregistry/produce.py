@@ -16,10 +16,10 @@ from pathlib import Path
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError
-from loglake.schemaregistry import SCHEMA_TYPES, client, register, versions
+from loglake.schemaregistry import SCHEMA_TYPES, client, protobuf, register, versions
 from loglake.schemaregistry.resolve import KINDS, with_fields
 
-SERIALIZERS = ("avro", "json-schema")
+SERIALIZERS = ("avro", "json-schema", "protobuf")
 # An id no registry gave (ids count up from 1): what an ``unknown_schema_id`` record carries.
 UNKNOWN_ID = 2_000_000_000
 
@@ -30,17 +30,26 @@ class Encoder:
     def __init__(self, config: Config, ds: Dataset, topic: str):
         from confluent_kafka.schema_registry.avro import AvroSerializer
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
         from confluent_kafka.serialization import MessageField, SerializationContext
+        from google.protobuf import message_factory
 
         if ds.format not in SERIALIZERS:
             raise ConfigError(f"loglake produce writes {', '.join(SERIALIZERS)} so far, not {ds.format}",
                               key="format")
         self.ds, self.topic = ds, topic
         self.fields = ds.fields
-        # The schema the registry gave: the serializer finds its id (it registers nothing new).
-        serializer = {"avro": AvroSerializer, "json-schema": JSONSerializer}[ds.format]
-        self._serialize = serializer(schema_str=ds.registry.reader, schema_registry_client=client(config),
-                                     conf={"auto.register.schemas": False})
+        if ds.format == "protobuf":
+            # The message class of the subject's version; the serializer registers the schema in
+            # its own form (a descriptor), which the registry may hold as another version of it.
+            self._message = message_factory.GetMessageClass(protobuf.parse(ds.registry.reader))
+            self._serialize = ProtobufSerializer(self._message, client(config),
+                                                 conf={"use.deprecated.format": False})
+        else:
+            # The schema the registry gave: the serializer finds its id (it registers nothing new).
+            serializer = {"avro": AvroSerializer, "json-schema": JSONSerializer}[ds.format]
+            self._serialize = serializer(schema_str=ds.registry.reader, schema_registry_client=client(config),
+                                         conf={"auto.register.schemas": False})
         self._context = SerializationContext(topic, MessageField.VALUE)
 
     def encode(self, value: dict) -> bytes:
@@ -49,6 +58,10 @@ class Encoder:
     def _convert(self, value: dict) -> dict:
         """The generator's JSON-style values as the serializer takes them: (Avro) ISO text as a
         datetime for a timestamp field, as a date for a date field; a missing optional field null."""
+        if self.ds.format == "protobuf":
+            from google.protobuf import json_format
+
+            return json_format.ParseDict({k: v for k, v in value.items() if v is not None}, self._message())
         if self.ds.format != "avro":
             return value
         out = {}

@@ -20,10 +20,10 @@ from pydantic import ValidationError
 
 from loglake.core.config import Config, Dataset, RegistrySchemas, WriterSchema
 from loglake.core.errors import ConfigError
-from loglake.schemaregistry import Version, avro, jsonschema, versions
+from loglake.schemaregistry import Version, avro, jsonschema, protobuf, versions
 
 # What reads each registry format's schemas: its fields as columns, which writers a table holds.
-KINDS = {"avro": avro, "json-schema": jsonschema}
+KINDS = {"avro": avro, "json-schema": jsonschema, "protobuf": protobuf}
 
 
 def with_fields(ds: Dataset, version: Version, schemas: RegistrySchemas | None = None) -> Dataset:

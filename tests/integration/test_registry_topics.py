@@ -363,3 +363,115 @@ def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_reco
         reasons = {r["reason_code"]: r["count"] for r in q.where(F.col("_layer") == layer)
                    .groupBy("reason_code").count().collect()}
         assert reasons == {"no_magic_byte": 1, "undecodable": 2, "missing_field": 1}, layer
+
+
+PARCEL_V1 = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message Parcel {
+  int64 parcel_id = 1;
+  google.protobuf.Timestamp sent_at = 2;
+  double weight = 3;
+  enum Size { SMALL = 0; LARGE = 1; }
+  Size size = 4;
+  message Item { string sku = 1; int32 qty = 2; }
+  repeated Item items = 5;
+  map<string, string> labels = 6;
+  google.protobuf.StringValue note = 7;
+}
+"""
+# An optional field added: taken while data flows.
+PARCEL_V2 = PARCEL_V1.replace("  google.protobuf.StringValue note = 7;\n",
+                              "  google.protobuf.StringValue note = 7;\n  string channel = 8;\n")
+
+
+def message_class(proto: str):
+    """The message class of a .proto text, compiled by protoc (grpcio-tools) into a pool of its own."""
+    import os
+    import tempfile
+
+    import grpc_tools
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from grpc_tools import protoc
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "p.proto"), "w") as f:
+            f.write(proto)
+        inc = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+        assert protoc.main(["protoc", f"-I{d}", f"-I{inc}", "--include_imports",
+                            f"--descriptor_set_out={d}/p.pb", "p.proto"]) == 0
+        fds = descriptor_pb2.FileDescriptorSet.FromString(open(f"{d}/p.pb", "rb").read())
+    pool = descriptor_pool.DescriptorPool()
+    for fd in fds.file:
+        pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Parcel"))
+
+
+def test_a_protobuf_topic_evolving_lands_once_in_speed_and_batch_and_bad_records_get_their_reasons(
+        spark, make_config, registry_url):
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import json_format
+
+    config = make_config(registry=registry_url, extra_datasets={
+        "parcels": {"kind": "events", "partitions": 2, "key": "parcel_id", "format": "protobuf"}})
+    ds = config.dataset("parcels")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    ctx = SerializationContext(ds.topic, MessageField.VALUE)
+
+    def parcel(cls, i: int, channel: bool = False):
+        v = {"parcel_id": i, "sent_at": f"2026-11-26T10:{i % 60:02d}:00Z", "weight": i + 0.25,
+             "size": "LARGE" if i % 2 else "SMALL", "items": [{"sku": f"s{i}", "qty": 1 + i % 3}],
+             "labels": {"n": str(i)}}
+        if i % 3:
+            v["note"] = f"n{i}"
+        if channel:
+            v["channel"] = "web"
+        return json_format.ParseDict(v, cls())
+
+    def write(proto: str, ids: range, channel: bool = False) -> bytes:
+        cls = message_class(proto)
+        ser = ProtobufSerializer(cls, w.registry, conf={"use.deprecated.format": False})
+        out = [ser(parcel(cls, i, channel), ctx) for i in ids]
+        for i, b in zip(ids, out):
+            w.producer.produce(ds.topic, key=str(i).encode(), value=b)
+        w.raw([])
+        return out[0]
+
+    # As a Java producer's build would: the .proto text registered first.
+    w.registry.register_schema(ds.subject_name, Schema(PARCEL_V1, "PROTOBUF"))
+    first = write(PARCEL_V1, range(1, 31))
+    w.raw([b'{"parcel_id": 1}',                                            # no magic byte
+           bytes([0]) + (2_000_000_000).to_bytes(4, "big") + first[5:],  # an id no registry gave
+           first[:5] + b"\xff\xff\xff"])                                 # does not decode
+    run_speed(spark, config, ds, available_now=True)
+    w.registry.register_schema(ds.subject_name, Schema(PARCEL_V2, "PROTOBUF"))
+    write(PARCEL_V2, range(31, 61), channel=True)
+    run_speed(spark, config, ds, available_now=True)
+    publish_all(spark, config, ds)
+
+    speed, batch = (rows(spark, config.table_path(ds, layer)) for layer in ("speed", "batch"))
+    types = dict(speed.dtypes)
+    assert {n: types[n] for n in ("parcel_id", "sent_at", "weight", "size", "items", "labels", "note", "channel")} == {
+        "parcel_id": "bigint", "sent_at": "timestamp", "weight": "double", "size": "string",
+        "items": "array<struct<sku:string,qty:int>>", "labels": "map<string,string>", "note": "string",
+        "channel": "string"}
+    assert speed.count() == batch.count() == 60
+    cols = [F.to_json(c).alias(c) if c == "labels" else c for c in speed.columns
+            if not c.startswith("_") or c in ("_partition", "_offset")]
+    assert speed.select(*cols).exceptAll(batch.select(*cols)).count() == 0
+    assert batch.select(*cols).exceptAll(speed.select(*cols)).count() == 0
+    got = {r["parcel_id"]: r for r in speed.collect()}
+    assert (got[3]["size"], got[3]["note"], got[3]["labels"], got[3]["weight"]) == ("LARGE", None, {"n": "3"}, 3.25)
+    assert got[4]["note"] == "n4" and got[4]["items"][0]["qty"] == 2 and got[4]["channel"] is None
+    assert got[32]["channel"] == "web"
+    assert got[5]["sent_at"].astimezone(timezone.utc) == datetime(2026, 11, 26, 10, 5, tzinfo=timezone.utc)
+    q = rows(spark, config.table_path(ds, "quarantine"))
+    for layer in ("speed", "batch"):
+        reasons = {r["reason_code"]: r["count"] for r in q.where(F.col("_layer") == layer)
+                   .groupBy("reason_code").count().collect()}
+        assert reasons == {"no_magic_byte": 1, "unknown_schema_id": 1, "undecodable": 1}, layer

@@ -132,3 +132,52 @@ def test_json_schema_properties_become_spark_columns():
     table = jsonschema.fields(json.dumps(schema))
     retyped = {**schema, "properties": {**schema["properties"], "id": {"type": "string"}}}
     assert jsonschema.refusal(table, json.dumps(retyped)) == "its field 'id' is string where the table holds bigint"
+
+
+PROTO = """syntax = "proto3";
+package t;
+import "google/protobuf/timestamp.proto";
+message Event {
+  int64 id = 1;
+  uint64 big = 2;
+  uint32 small = 3;
+  google.protobuf.Timestamp at = 4;
+  enum Kind { A = 0; B = 1; }
+  Kind kind = 5;
+  message Part { string name = 1; }
+  repeated Part parts = 6;
+  map<string, int32> counts = 7;
+  bytes raw = 8;
+}
+message Other { string x = 1; }
+"""
+
+
+def test_protobuf_fields_as_text_or_descriptor_and_a_record_decoded():
+    import base64
+
+    from google.protobuf import json_format, message_factory
+
+    from loglake.schemaregistry import protobuf
+
+    want = {"id": "bigint", "big": "decimal(20,0)", "small": "bigint", "at": "timestamp", "kind": "string",
+            "parts": "array<struct<name:string>>", "counts": "map<string,int>", "raw": "binary"}
+    fields = protobuf.fields(PROTO)
+    assert {n: f.type for n, f in fields.items()} == want and not any(f.required for f in fields.values())
+    descriptor = protobuf.parse(PROTO)
+    as_registered = base64.b64encode(descriptor.file.serialized_pb).decode()  # confluent-kafka's form
+    assert {n: f.type for n, f in protobuf.fields(as_registered).items()} == want
+
+    cls = message_factory.GetMessageClass(descriptor)
+    msg = json_format.ParseDict({"id": 7, "big": "18446744073709551615", "at": "2026-11-26T10:00:00Z",
+                                 "kind": "B", "parts": [{"name": "p"}], "counts": {"a": 2}}, cls())
+    decode = protobuf.decoder({9: PROTO}, list(want))
+    row = decode(b"\x00" + msg.SerializeToString(), 9)  # message indexes [0]: a single 0 byte
+    assert row[0] == 7 and str(row[1]) == "18446744073709551615" and row[2] == 0 and row[4] == "B"
+    assert row[3].isoformat() == "2026-11-26T10:00:00+00:00" and row[5] == [{"name": "p"}] and row[6] == {"a": 2}
+    assert row[-1] is True
+    assert decode(b"\x00\xff\xff\xff", 9) is None  # does not decode
+    assert decode(b"\x02\x02" + msg.SerializeToString(), 9) is None  # indexes [1]: the file's other message
+    assert decode(b"\x00" + msg.SerializeToString(), 10) is None  # not a writer the tables hold
+    with pytest.raises(ValueError, match="references are not followed"):
+        protobuf.fields(PROTO.replace('import "google/protobuf/timestamp.proto";', 'import "other.proto";'))
