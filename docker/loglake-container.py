@@ -91,6 +91,7 @@ def _airflow_job_alive(job_type: str) -> bool:
 CHECKS = {
     "spark-master": lambda: _get("http://localhost:8080/json/"),
     "spark-worker": lambda: _get("http://localhost:8081/json/"),
+    "schema-registry": lambda: _get("http://localhost:8081/apis/ccompat/v7/subjects"),
     # The supervisor lives as long as the container; healthy while its spark-submit runs.
     "speed": lambda: any("org.apache.spark.deploy.SparkSubmit" in c for c in _cmdlines()),
     "api-server": lambda: _get("http://localhost:8080/api/v2/monitor/health"),
@@ -107,6 +108,7 @@ CHECKS = {
 SIGNS = [
     ("spark-master", "org.apache.spark.deploy.master.Master"),
     ("spark-worker", "org.apache.spark.deploy.worker.Worker"),
+    ("schema-registry", "quarkus-run.jar"),
     ("speed", "loglake-container.py speed"),
     ("api-server", "airflow api-server"),
     ("scheduler", "airflow scheduler"),

@@ -40,9 +40,9 @@ def runnable_jar() -> Path:
 class EmbeddedRegistry:
     """One Apicurio Registry on ``127.0.0.1:port`` with its state under ``home/"registry"``."""
 
-    def __init__(self, home: Path, port: int = 8081, heap: str = "128m"):
+    def __init__(self, home: Path, port: int = 8081, heap: str = "128m", host: str = "127.0.0.1"):
         self.home = Path(home).absolute()
-        self.port, self.heap = port, heap
+        self.port, self.heap, self.host = port, heap, host
         self.data_dir = self.home / "registry"
         self.process = Managed(self.home, "registry")
 
@@ -76,7 +76,7 @@ class EmbeddedRegistry:
         db = f"jdbc:h2:file:{self.data_dir / 'registry'};DB_CLOSE_ON_EXIT=FALSE"
         return [
             java_executable(), f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+            f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={self.port}",
             f"-Dquarkus.datasource.jdbc.url={db}",
             "-Dquarkus.datasource.jdbc.initial-size=1", "-Dquarkus.datasource.jdbc.min-size=1",
             "-Dquarkus.datasource.jdbc.max-size=10",
@@ -131,3 +131,28 @@ class EmbeddedRegistry:
     def kill(self) -> None:
         """SIGKILL (an outage, for the tests)."""
         self.process.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m loglake.local.schema_registry``: the registry in the foreground (a container's
+    process: docker/compose.yaml), its state under ``--home``."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(prog="python -m loglake.local.schema_registry",
+                                 description=main.__doc__.splitlines()[0])
+    ap.add_argument("--home", type=Path, required=True,
+                    help="state directory (the registry's database under registry/)")
+    ap.add_argument("--port", type=int, default=8081)
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 in a container)")
+    ap.add_argument("--heap", default="128m")
+    args = ap.parse_args(argv)
+    registry = EmbeddedRegistry(args.home, port=args.port, heap=args.heap, host=args.host)
+    registry.data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = registry.command()
+    os.execv(cmd[0], cmd)  # the JVM replaces this process: it is the container's
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

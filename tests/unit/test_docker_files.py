@@ -126,11 +126,13 @@ def full_env(svc: dict) -> dict[str, str]:
 
 
 def runs_loglake_code(svc: dict) -> bool:
-    """Airflow's services and the Spark image's drivers (not the standalone master and workers)."""
+    """Airflow's services and the Spark image's drivers (not the standalone master and workers,
+    nor the schema registry: its launcher reads no conf, it only starts the registry's JVM)."""
     image = built_from(svc)
     if image == "Dockerfile.airflow":
         return True
-    return image == "Dockerfile.spark" and command(svc)[:1] != ["spark-class"]
+    registry = command(svc)[1:3] == ["-m", "loglake.local.schema_registry"]
+    return image == "Dockerfile.spark" and command(svc)[:1] != ["spark-class"] and not registry
 
 
 def kafka_services() -> dict[str, dict]:
