@@ -916,7 +916,7 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
     merged = dict(overrides or {})
     if os.environ.get("LOGLAKE_KAFKA_BOOTSTRAP"):
         merged.setdefault("kafka.bootstrap_servers", os.environ["LOGLAKE_KAFKA_BOOTSTRAP"])
-    if os.environ.get("LOGLAKE_REGISTRY_URL") and raw.get("registry") is not None:
+    if os.environ.get("LOGLAKE_REGISTRY_URL"):  # names the registry, in a profile with none too
         merged.setdefault("registry.url", os.environ["LOGLAKE_REGISTRY_URL"])
     for dotted, value in merged.items():
         section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"

@@ -181,3 +181,13 @@ def test_protobuf_fields_as_text_or_descriptor_and_a_record_decoded():
     assert decode(b"\x00" + msg.SerializeToString(), 10) is None  # not a writer the tables hold
     with pytest.raises(ValueError, match="references are not followed"):
         protobuf.fields(PROTO.replace('import "google/protobuf/timestamp.proto";', 'import "other.proto";'))
+
+
+def test_the_registry_url_comes_from_the_environment_in_a_profile_without_one(tmp_path, monkeypatch):
+    from loglake.core.config import load_config
+    from loglake.testing.conf import write_conf
+
+    conf = write_conf(tmp_path, "localhost:9")
+    assert load_config(conf, home=tmp_path).profile.registry is None
+    monkeypatch.setenv("LOGLAKE_REGISTRY_URL", "https://registry.example:8443/apis/ccompat/v7")
+    assert load_config(conf, home=tmp_path).registry.url == "https://registry.example:8443/apis/ccompat/v7"
