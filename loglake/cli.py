@@ -15,9 +15,10 @@ import logging
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from loglake.core.config import Config, Dataset, load_config
-from loglake.core.errors import LoglakeError, ParamError
+from loglake.core.errors import ConfigError, LoglakeError, ParamError
 from loglake.jobs.launch import JobOutcome, run_job
 from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import JobSummary
@@ -90,6 +91,30 @@ def cmd_cluster(config: Config, args) -> int:
     return 0 if ok else 1
 
 
+def cmd_registry(config: Config, args) -> int:
+    if config.profile.registry is None:
+        print(f"profile {config.profile_name!r} has no schema registry (registry: in conf/loglake.yaml, or "
+              "LOGLAKE_REGISTRY_URL)")
+        return 0
+    embedded = stack.schema_registry(config)
+    if args.action in ("start", "stop") and embedded is None:
+        print(f"profile {config.profile_name!r} uses the external registry {config.registry.url}; nothing to "
+              f"{args.action}")
+        return 0
+    if args.action == "start":
+        stack.start_registry(config)
+        return 0
+    if args.action == "stop":
+        stack.stop_registry(config)
+        return 0
+    line = stack.registry_line(config)
+    print(line)
+    if embedded is not None and not embedded.is_running():
+        print(f"  the embedded registry is not running: `loglake registry start` (log {embedded.log_path})")
+        return 1
+    return 0 if line.endswith("(answers)") else 1
+
+
 def kafka_status(config: Config) -> int:
     topics = list_topics(config)
     sec = config.kafka.security
@@ -109,9 +134,21 @@ def kafka_status(config: Config) -> int:
 
 def cmd_produce(config: Config, args) -> int:
     ds = config.dataset(args.dataset)
+    fmt = args.format or ds.format
+    if fmt != ds.format:
+        raise ConfigError(f"dataset {ds.name} is format {ds.format} (its conf's format:): its topic takes "
+                          f"{ds.format} values, not {fmt}", key="--format")
+    if args.schema is not None and not ds.in_registry:
+        raise ConfigError(f"--schema registers a schema in the registry: dataset {ds.name} is json, its schema "
+                          "is its conf's", key="--schema")
+    encoder = None
+    if ds.in_registry:
+        from loglake.schemaregistry.produce import encoder as registry_encoder
+
+        encoder = registry_encoder(config, ds, schema_file=args.schema)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
                   progress=not args.quiet, transactional=args.transactional,
-                  transaction_size=args.transaction_size, abort_every=args.abort_every)
+                  transaction_size=args.transaction_size, abort_every=args.abort_every, encoder=encoder)
     txns = (f" in {res.transactions} transactions, {res.aborted_transactions} aborted ({res.aborted} records no "
             f"read_committed consumer sees)" if args.transactional else "")
     print(f"produced {res.records} records to {ds.topic} ({res.good} good, {res.bad} malformed"
@@ -424,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kafka", help="the embedded Kafka broker")
     k.add_argument("action", choices=["start", "stop", "status"])
 
+    rg = sub.add_parser("registry", help="the embedded schema registry (Apicurio, Confluent API)")
+    rg.add_argument("action", choices=["start", "stop", "status"])
+
     cl = sub.add_parser("cluster", help="the local Kafka (3 nodes) and Spark standalone clusters of a "
                                         "local_cluster profile (local-cluster)")
     cl.add_argument("action", choices=["up", "down", "status"])
@@ -440,6 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--transaction-size", type=int, default=100, help="records per transaction (default 100)")
     pr.add_argument("--abort-every", type=int, default=3,
                     help="abort every N-th transaction after its records reached the log (default 3; 0: none)")
+    pr.add_argument("--format", choices=["json", "avro", "protobuf", "json-schema"],
+                    help="the values' format (default and only choice: the dataset's format:); a registry format "
+                         "is written by confluent-kafka's serializer with the profile's registry")
+    pr.add_argument("--schema", type=Path, metavar="FILE",
+                    help="a registry format: register this schema under the dataset's subject first, then write "
+                         "with the subject's newest version")
 
     s = sub.add_parser("speed", help="the speed layer (Spark Structured Streaming → Delta)")
     s.add_argument("action", choices=["start", "stop", "status", "run"])
@@ -567,13 +613,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         config = load_config(args.conf_dir, args.profile)
-        if args.command not in ("down", "status", "kafka", "cluster"):
+        if args.command not in ("down", "status", "kafka", "registry", "cluster"):
             # A schema change the tables cannot take is refused before anything runs (status
             # says it among the rest; down and kafka must work whatever a dataset's conf says).
             check_all(config)
         keep_logs(config)
-        handler = {"kafka": cmd_kafka, "cluster": cmd_cluster, "produce": cmd_produce, "speed": cmd_speed,
-                   "demo": cmd_demo, "batch": cmd_batch, "backfill": cmd_backfill, "query": cmd_query, "maintain": cmd_maintain,
+        handler = {"kafka": cmd_kafka, "registry": cmd_registry, "cluster": cmd_cluster, "produce": cmd_produce,
+                   "speed": cmd_speed, "demo": cmd_demo, "batch": cmd_batch, "backfill": cmd_backfill,
+                   "query": cmd_query, "maintain": cmd_maintain,
                    "audit": cmd_audit, "diff": cmd_diff, "accept-loss": cmd_accept_loss, "rebuild": cmd_rebuild,
                    "history": cmd_history, "replay": cmd_replay,
                    "up": _platform("up"), "down": _platform("down"), "status": _platform("status")}[args.command]

@@ -26,7 +26,9 @@ from loglake.ledger.schemas import SchemaChangeError, check
 from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, password_file
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
+from loglake.local.schema_registry import EmbeddedRegistry
 from loglake.ops.status import dataset_status, format_status
+from loglake.schemaregistry import status_line
 from loglake.speed.streams import orphans, streams
 
 
@@ -39,6 +41,57 @@ def broker(config: Config):
 
         security = BrokerSecurity(config.home, config.kafka.security)
     return EmbeddedKafka(config.home, port=config.kafka.port, security=security)
+
+
+def schema_registry(config: Config) -> EmbeddedRegistry | None:
+    """The embedded schema registry of ``config`` (its state directory, ``registry.url``'s port),
+    None when the profile names none or an external one."""
+    settings = config.profile.registry
+    if settings is None or not settings.embedded:
+        return None
+    return EmbeddedRegistry(config.home, port=settings.port)
+
+
+def registry_answers(config: Config, timeout: float = 5.0) -> bool:
+    """The profile's registry answers its Confluent API (with its login and CA)."""
+    from loglake.schemaregistry import call, client
+
+    try:
+        call(config, "list of subjects", client(config).get_subjects, seconds=timeout)
+        return True
+    except Exception:
+        return False
+
+
+def registry_line(config: Config) -> str | None:
+    """``registry: URL (state)`` for ``loglake status`` and ``loglake registry status``; None
+    without a registry."""
+    if config.profile.registry is None:
+        return None
+    embedded = schema_registry(config)
+    if embedded is not None and not embedded.is_running():
+        return f"{status_line(config)} (not running)"
+    answers = registry_answers(config)
+    return f"{status_line(config)} ({'answers' if answers else 'not answering'})"
+
+
+def start_registry(config: Config) -> None:
+    registry = schema_registry(config)
+    if registry is None:
+        if config.profile.registry is not None:
+            print(f"registry: external {config.registry.url}")
+        return
+    was = registry.is_running()
+    t0 = time.monotonic()
+    registry.start()
+    print(f"registry: {'already running' if was else f'started in {time.monotonic() - t0:.1f}s'} at "
+          f"{config.registry.url} (state {registry.data_dir}, log {registry.log_path})")
+
+
+def stop_registry(config: Config) -> None:
+    registry = schema_registry(config)
+    if registry is not None:
+        print("registry: stopped" if registry.stop() else "registry: not running")
 
 
 def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:
@@ -90,6 +143,7 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         missing = [ds.topic for ds in config.datasets.values() if ds.topic not in list_topics(config)]
         if missing:
             print(f"  topics not created yet: {', '.join(missing)} (their speed streams wait for them)")
+    start_registry(config)  # before the streams: a registry-format dataset's stream reads it first
     start_streams(config)
     if config.profile.spark.shared_application:
         # Before Airflow: its scheduler runs a due run's first tasks even before Airflow reports
@@ -119,6 +173,7 @@ def down(config: Config) -> int:
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
     print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
     stop_streams(config)
+    stop_registry(config)
     if config.profile.local_cluster is not None:
 
         LocalCluster(config).down()
@@ -154,6 +209,11 @@ def status(config: Config) -> int:
         print(f"  kafka                  {state_label(pid)}  {kafka.bootstrap}")
     else:
         print(f"  kafka                  external            {config.kafka.bootstrap_servers}")
+    registry = schema_registry(config)
+    if registry is not None:
+        pid = registry.pid()
+        ok &= pid is not None
+        print(f"  {'registry':<22} {state_label(pid)}  {config.registry.url}")
     for stream in streams(config):
         pid = stream.pid()
         ok &= pid is not None
@@ -174,6 +234,9 @@ def status(config: Config) -> int:
         print(f"  {'airflow-' + c:<22} {state_label(info['pid'])}{health}")
     ok &= st["healthy"]
     print(f"  airflow UI             {st['url']} ({'healthy' if st['healthy'] else 'not answering or unhealthy'})")
+    line = registry_line(config)
+    if line is not None:
+        print(line)
 
     print("datasets (per partition: log end, speed position and lag, batch watermark):")
     for ds in config.datasets.values():

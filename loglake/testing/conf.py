@@ -31,7 +31,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                datasets: dict[str, dict] | None = None, spark: dict | None = None,
                extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
                local_cluster: dict | None = None, java_options: str | None = None,
-               registry: str | None = None) -> Path:
+               registry: str | dict | None = None) -> Path:
     """A conf/ directory for one test: the repo's datasets on topics of their own.
 
     ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
@@ -39,7 +39,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     profile ``kafka`` keys, ``local_cluster`` the profile's local cluster; ``extra_datasets``
     adds dataset files (name → file content) beside the repo's; ``java_options`` go to the
     Spark drivers and executors after loglake's own (default: ``JAVA_OPTIONS``); ``registry``
-    the URL of the profile's schema registry.
+    the URL of the profile's schema registry (or its whole ``registry`` section).
     """
     conf = root / "conf"
     (conf / "datasets").mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     if local_cluster is not None:
         profile["local_cluster"] = local_cluster
     if registry is not None:
-        profile["registry"] = {"url": registry, "retry_seconds": 60}
+        profile["registry"] = registry if isinstance(registry, dict) else {"url": registry, "retry_seconds": 60}
     for k, v in (spark or {}).items():
         profile["spark"][k] = {**profile["spark"]["conf"], **v} if k == "conf" else v
     (conf / "loglake.yaml").write_text(yaml.safe_dump({"default_profile": "test", "profiles": {"test": profile}}))

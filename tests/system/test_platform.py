@@ -39,7 +39,9 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture
 def platform_config(tmp_path):
-    conf = write_conf(tmp_path, f"localhost:{free_port()}")
+    # With a schema registry of its own, as the local profile has: up starts it too.
+    conf = write_conf(tmp_path, f"localhost:{free_port()}",
+                      registry={"url": f"http://localhost:{free_port()}/apis/ccompat/v7", "embedded": True})
     data = yaml.safe_load((conf / "loglake.yaml").read_text())
     data["profiles"]["test"]["kafka"]["embedded"] = True  # up starts its own broker
     (conf / "loglake.yaml").write_text(yaml.safe_dump(data))
@@ -58,7 +60,7 @@ def platform(env: dict, action: str, timeout: float = 300) -> subprocess.Complet
 
 
 def all_processes(config) -> dict[int, int]:
-    names = (["kafka", "spark-jobs"] + [f"speed-{n}" for n in config.datasets]
+    names = (["kafka", "registry", "spark-jobs"] + [f"speed-{n}" for n in config.datasets]
              + [f"airflow-{c}" for c in COMPONENTS])
     tree: dict[int, int] = {}
     for name in names:
@@ -85,13 +87,15 @@ def test_up_status_batch_run_down(platform_config):
     af = EmbeddedAirflow(config, int(env["LOGLAKE_AIRFLOW_PORT"]))
     assert f"at {af.url}" in up.stdout and f"log in as admin with password {af.password()}" in up.stdout
 
-    assert "spark-jobs: started" in up.stdout
+    assert "spark-jobs: started" in up.stdout and "registry: started in " in up.stdout
     # Started last, it answers a few seconds after `up` returned.
     wait_for(lambda: shared_app.ping(config), 180, "the shared Spark application to answer")
     status = platform(env, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "answering at 127.0.0.1:" in status.stdout, status.stdout
-    for name in ["kafka", "spark-jobs", "speed-job_views", "speed-company_ceos"] + [f"airflow-{c}" for c in COMPONENTS]:
+    assert f"registry: {config.registry.url} (answers)" in status.stdout, status.stdout
+    for name in ["kafka", "registry", "spark-jobs", "speed-job_views", "speed-company_ceos"] + [
+            f"airflow-{c}" for c in COMPONENTS]:
         assert any(line.split()[:2] == [name, "running"] for line in status.stdout.splitlines()), status.stdout
     assert f"{af.url} (healthy)" in status.stdout
     ds = config.dataset("job_views")
@@ -134,7 +138,7 @@ def test_up_status_batch_run_down(platform_config):
     print(f"down: {time.monotonic() - t2:.1f}s")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "kafka: stopped" in down.stdout and "speed job_views: stopped" in down.stdout
-    assert "spark-jobs: stopped" in down.stdout
+    assert "spark-jobs: stopped" in down.stdout and "registry: stopped" in down.stdout
     assert alive(tree) == {}, f"left behind: {sorted(alive(tree))}"
 
     after = platform(env, "status")

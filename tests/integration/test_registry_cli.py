@@ -1,0 +1,58 @@
+"""The schema registry from the command line, as an operator runs it: ``loglake registry
+start|status|stop`` with its state under the state directory, ``loglake produce`` through
+confluent-kafka's serializer, and the speed job under spark-submit reading the topic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from deltalake import DeltaTable
+
+from loglake.core.processes import free_port
+from loglake.local.schema_registry import EmbeddedRegistry
+from loglake.testing import run_loglake
+
+pytestmark = pytest.mark.integration
+
+CLICKS = {"type": "record", "name": "Click", "fields": [
+    {"name": "user_id", "type": "long"}, {"name": "url", "type": "string"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "referrer", "type": ["null", "string"], "default": None}]}
+
+
+def test_registry_start_status_stop_then_an_avro_topic_produced_and_streamed(make_config, tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/apis/ccompat/v7"
+    config = make_config(registry={"url": url, "embedded": True}, extra_datasets={
+        "clicks": {"kind": "events", "partitions": 2, "key": "user_id", "format": "avro"}})
+    try:
+        r = run_loglake(config, "registry", "status")
+        assert r.returncode == 1 and f"registry: {url} (not running)" in r.stdout, r.stdout + r.stderr
+        r = run_loglake(config, "registry", "start")
+        assert r.returncode == 0 and "registry: started in " in r.stdout and url in r.stdout, r.stdout + r.stderr
+        r = run_loglake(config, "registry", "status")
+        assert r.returncode == 0 and r.stdout.strip() == f"registry: {url} (answers)", r.stdout + r.stderr
+        assert (config.home / "registry").is_dir()
+
+        schema = tmp_path / "click.avsc"
+        schema.write_text(json.dumps(CLICKS))
+        r = run_loglake(config, "produce", "clicks", "--format", "json", "--count", "1")
+        assert r.returncode == 2 and "dataset clicks is format avro" in r.stderr, r.stderr
+        r = run_loglake(config, "produce", "clicks", "--count", "200", "--bad-fraction", "0.05", "--seed", "3",
+                        "--schema", str(schema), "--quiet")
+        assert r.returncode == 0 and "produced 200 records" in r.stdout and "(190 good, 10 malformed" in r.stdout, (
+            r.stdout + r.stderr)
+        r = run_loglake(config, "speed", "run", "clicks", "--available-now")
+        assert r.returncode == 0, r.stdout + r.stderr
+        ds = config.dataset("clicks")
+        speed = DeltaTable(config.table_path(ds, "speed")).to_pyarrow_table()
+        quarantine = DeltaTable(config.table_path(ds, "quarantine")).to_pyarrow_table()
+        assert speed.num_rows == 190 and quarantine.num_rows == 10
+        assert set(speed.column_names) >= {"user_id", "url", "at", "referrer", "_offset"}
+        assert set(quarantine.column("reason_code").to_pylist()) <= {"no_magic_byte", "unknown_schema_id",
+                                                                     "undecodable"}
+    finally:
+        r = run_loglake(config, "registry", "stop")
+    assert r.returncode == 0 and "registry: stopped" in r.stdout
+    assert not EmbeddedRegistry(config.home, port=port).is_running()
