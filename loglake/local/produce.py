@@ -54,8 +54,9 @@ def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict
 
 
 def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
-    """A dataset's own generator (``sample(rng, now) -> (key, value)`` in its code file), plus a value for each field the dataset's schema gained since
-    it was written (a schema change: ``loglake.ledger.schemas``)."""
+    """A dataset's own generator (``sample(rng, now) -> (key, value)`` in its code file), plus a
+    value for each field the dataset's schema gained since it was written (a schema change:
+    ``loglake.ledger.schemas``)."""
     def more(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
         key, value = gen(rng, now)
         if value is not None:
@@ -153,7 +154,8 @@ def _records(ds: Dataset, count: int, bad_fraction: float, seed: int | None,
         elif value is None:
             yield key.encode(), None, True, None
         else:
-            yield key.encode(), encoder.encode(value) if encoder is not None else json.dumps(value).encode(), True, value
+            encoded = encoder.encode(value) if encoder is not None else json.dumps(value).encode()
+            yield key.encode(), encoded, True, value
 
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
@@ -177,6 +179,10 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     (``loglake.schemaregistry.produce.encoder``); malformed ones are then broken in that
     format's ways (no magic byte, an unknown schema id, a payload that does not decode).
     """
+    if encoder is None and ds.in_registry:  # by confluent-kafka's serializer, the subject's newest version
+        from loglake.schemaregistry.produce import encoder as registry_encoder
+
+        encoder = registry_encoder(config, ds, topic)
     if encoder is not None:
         ds = encoder.ds  # its fields read from the registry
     if transactional and transaction_size < 1:
