@@ -56,3 +56,25 @@ def test_registry_start_status_stop_then_an_avro_topic_produced_and_streamed(mak
         r = run_loglake(config, "registry", "stop")
     assert r.returncode == 0 and "registry: stopped" in r.stdout
     assert not EmbeddedRegistry(config.home, port=port).is_running()
+    r = run_loglake(config, "registry", "status")
+    assert r.returncode == 1 and f"registry: {url} (not running)" in r.stdout, r.stdout + r.stderr
+
+
+def test_registry_commands_of_a_profile_without_one_and_of_an_external_one(make_config, tmp_path):
+    """No JVM: a profile with no registry has nothing to start and says so (status exit 0); one
+    with an external registry starts nothing, and its status asks that URL (nobody there: 1)."""
+    config = make_config()
+    for action in ("start", "stop", "status"):
+        r = run_loglake(config, "registry", action, timeout=60)
+        assert r.returncode == 0 and "has no schema registry" in r.stdout, action + r.stdout + r.stderr
+    assert not (config.home / "registry").exists()
+
+    url = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"  # free: nothing answers there
+    config = make_config(registry={"url": url, "embedded": False, "retry_seconds": 1})
+    for action in ("start", "stop"):
+        r = run_loglake(config, "registry", action, timeout=60)
+        assert r.returncode == 0 and f"uses the external registry {url}; nothing to {action}" in r.stdout, (
+            r.stdout + r.stderr)
+    r = run_loglake(config, "registry", "status", timeout=60)
+    assert r.returncode == 1 and r.stdout.strip() == f"registry: {url} (not answering)", r.stdout + r.stderr
+    assert not (config.home / "registry").exists()
