@@ -40,7 +40,8 @@ def _with_sentinel(reader: str) -> str:
     return json.dumps(schema)
 
 
-def _reason(code: str, message: Column | str) -> Column:
+def reason(code: str, message: Column | str) -> Column:
+    """A quarantine reason: its code and message (the JSON path's too)."""
     msg = F.lit(message) if isinstance(message, str) else message
     return F.struct(F.lit(code).alias("code"), msg.alias("message"))
 
@@ -106,40 +107,40 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
 
     value_null = value.isNull()
     known = {w.id: w for w in schemas.writers}
-    checks = [F.when(F.octet_length(value) > ds.max_value_bytes, _reason(
+    checks = [F.when(F.octet_length(value) > ds.max_value_bytes, reason(
         "oversized", F.concat(F.lit("value of "), F.octet_length(value).cast("string"),
                               F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
     if ds.kind == "events":
-        checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
+        checks.append(F.when(value_null, reason("null_value", "event topics take no null values (tombstones)")))
     else:
-        checks.append(F.when(value_null & key.isNull(), _reason("null_key", "tombstone without a key")))
-    checks.append(F.when(~value_null & ~framed, _reason(
+        checks.append(F.when(value_null & key.isNull(), reason("null_key", "tombstone without a key")))
+    checks.append(F.when(~value_null & ~framed, reason(
         "no_magic_byte", "value does not start with the Schema Registry magic byte 0 and a 4-byte schema id "
                          f"(not written by a serializer of subject {schemas.subject}'s registry)")))
-    checks.append(F.when(~value_null & ~sid.isin(*known) if known else ~value_null, _reason(
+    checks.append(F.when(~value_null & ~sid.isin(*known) if known else ~value_null, reason(
         "unknown_schema_id", F.concat(F.lit("schema id "), sid.cast("string"),
                                       F.lit(f" is not a version of subject {schemas.subject}")))))
     for w in schemas.writers:
         if w.refused is not None:
-            checks.append(F.when(~value_null & (sid == w.id), _reason("incompatible_schema", w.refused)))
-    checks.append(F.when(~value_null & failed(F.col("_decoded")), _reason(
+            checks.append(F.when(~value_null & (sid == w.id), reason("incompatible_schema", w.refused)))
+    checks.append(F.when(~value_null & failed(F.col("_decoded")), reason(
         "undecodable", F.concat(F.lit("payload does not decode with schema id "), sid.cast("string"),
                                 F.lit(f" (subject {schemas.subject})")))))
     fields = {n: F.col("_decoded").getField(n) for n in ds.fields}
     for n, f in ds.fields.items():  # JSON may leave out what its schema requires; Avro cannot
         if f.required:
-            checks.append(F.when(~value_null & fields[n].isNull(), _reason(
+            checks.append(F.when(~value_null & fields[n].isNull(), reason(
                 "missing_field", f"required field {n!r} is missing or null")))
     if ds.kind == "changelog":
         k = fields[ds.key]
-        checks.append(F.when(~value_null & (key.isNull() | (key != k.cast("string"))), _reason(
+        checks.append(F.when(~value_null & (key.isNull() | (key != k.cast("string"))), reason(
             "key_mismatch", F.concat(F.lit("record key "), F.coalesce(key, F.lit("null")),
                                      F.lit(f" differs from field {ds.key!r} = "),
                                      F.coalesce(k.cast("string"), F.lit("null"))))))
         fields[ds.key] = F.when(value_null, key.cast(ds.fields[ds.key].type)).otherwise(k)
-    reason = F.coalesce(*checks)
+    why = F.coalesce(*checks)
     out = [fields[n].alias(n) for n in ds.fields]
     if ds.kind == "changelog":
         out.append(value_null.alias("_deleted"))
-    final = [*provenance, "key", "value", reason.alias("_reason"), *out]
+    final = [*provenance, "key", "value", why.alias("_reason"), *out]
     return base, checked, final

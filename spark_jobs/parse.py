@@ -24,6 +24,7 @@ from loglake.core.errors import KafkaUnavailableError
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import read_records
 from spark_jobs import decode
+from spark_jobs.decode import reason as _reason
 
 PROVENANCE = contracts.PROVENANCE.names
 
@@ -39,11 +40,6 @@ def _type_ok(t: Column, field_type: str) -> Column:
 
 
 _SQL_TYPE = {"string": "string", "timestamp": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
-
-
-def _reason(code: str, message: Column | str) -> Column:
-    msg = F.lit(message) if isinstance(message, str) else message
-    return F.struct(F.lit(code).alias("code"), msg.alias("message"))
 
 
 def _field_checks(name: str, spec: FieldSpec, t: Column, x: Column, s: Column | None) -> list[Column]:

@@ -19,15 +19,13 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from loglake.core.config import Config, RegistrySettings
+from loglake.core.config import Config, RegistryField, RegistrySettings
 from loglake.core.errors import ConfigError, RegistryUnavailableError
 from loglake.core.retrying import retry_transient
 
 T = TypeVar("T")
 log = logging.getLogger("loglake.schemaregistry")
 
-MAGIC_BYTE = 0
-HEADER_BYTES = 5  # the magic byte and the schema id
 # The registry's names of the formats (``schemaType``) by loglake's.
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 
@@ -133,3 +131,19 @@ def register(config: Config, subject: str, schema_str: str, schema_type: str = "
 def status_line(config: Config) -> str:
     """``registry: URL`` (what ``loglake status`` and ``loglake registry status`` print)."""
     return f"registry: {config.registry.url}"
+
+
+def refusal(reader: dict[str, RegistryField], writer: dict[str, RegistryField],
+            promotes: Callable[[str, str], bool] = lambda w, r: False) -> str | None:
+    """Why records whose writer's schema has fields ``writer`` cannot be read as a table with
+    fields ``reader`` (None: they can): a field the table requires that the writer lacks, or a
+    field of another type that ``promotes`` does not read as the table's (by name)."""
+    problems = []
+    for name, r in reader.items():
+        w = writer.get(name)
+        if w is None:
+            if r.required:
+                problems.append(f"it lacks field {name!r} ({r.type}), which the table requires")
+        elif w.type != r.type and not promotes(w.type, r.type):
+            problems.append(f"its field {name!r} is {w.type} where the table holds {r.type}")
+    return "; ".join(problems) or None

@@ -131,16 +131,9 @@ def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
     """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``
     (None: they can). Avro's resolution: each reader field is the writer's (the same type or
     one Avro promotes to it), or absent from the writer and then null or its default."""
-    writer = fields(writer_str)
-    problems = []
-    for name, r in reader.items():
-        w = writer.get(name)
-        if w is None:
-            if r.required:
-                problems.append(f"it lacks field {name!r} ({r.type}), which the table requires")
-        elif w.type != r.type and not promotes(w.type, r.type):
-            problems.append(f"its field {name!r} is {w.type} where the table holds {r.type}")
-    return "; ".join(problems) or None
+    from loglake.schemaregistry import refusal as fields_refusal
+
+    return fields_refusal(reader, fields(writer_str), promotes)
 
 
 # --- a JSON dataset's conf as an Avro schema (``loglake produce --format avro``) ------------

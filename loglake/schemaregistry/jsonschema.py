@@ -90,13 +90,6 @@ def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
     """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``
     (None: they can): a field the table requires that the writer may leave out, or a field of
     another type (an integer is read as a number)."""
-    writer = fields(writer_str)
-    problems = []
-    for name, r in reader.items():
-        w = writer.get(name)
-        if w is None:
-            if r.required:
-                problems.append(f"it lacks field {name!r} ({r.type}), which the table requires")
-        elif w.type != r.type and not promotes(w.type, r.type):
-            problems.append(f"its field {name!r} is {w.type} where the table holds {r.type}")
-    return "; ".join(problems) or None
+    from loglake.schemaregistry import refusal as fields_refusal
+
+    return fields_refusal(reader, fields(writer_str), promotes)

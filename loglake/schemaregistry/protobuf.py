@@ -148,10 +148,9 @@ def fields(schema_str: str) -> dict[str, RegistryField]:
 def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
     """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``:
     a field the table holds that the writer declares with another type (by name)."""
-    writer = fields(writer_str)
-    problems = [f"its field {n!r} is {writer[n].type} where the table holds {r.type}"
-                for n, r in reader.items() if n in writer and writer[n].type != r.type]
-    return "; ".join(problems) or None
+    from loglake.schemaregistry import refusal as fields_refusal
+
+    return fields_refusal(reader, fields(writer_str))  # no promotions; every field optional
 
 
 # --- decoding (in Spark's Python workers) -------------------------------------------------
