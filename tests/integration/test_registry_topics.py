@@ -46,6 +46,10 @@ V1 = {
 V2 = {**V1, "fields": [*V1["fields"], {"name": "channel", "type": ["null", "string"], "default": None}]}
 # A field the tables hold dropped: refused as the tables' schema, its records quarantined.
 V3 = {**V2, "fields": [f for f in V2["fields"] if f["name"] != "amount"]}
+# The fix: amount made optional (a rule loosened). The tables take it, and version 3's records
+# read amount as null.
+V4 = {**V2, "fields": [{**f, "type": ["null", f["type"]], "default": None} if f["name"] == "amount" else f
+                       for f in V2["fields"]]}
 
 ORDERS = {"kind": "events", "partitions": 3, "key": "order_id", "format": "avro"}
 
@@ -196,6 +200,23 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
     assert f"format: avro, subject {ds.subject_name} version 2 (schema id " in shown
     assert "REFUSED" in shown and "version 3" in shown and "amount" in shown
 
+    # Each fixed where it can be: amount made optional (version 4) lets the tables hold
+    # version 3's records; a replay moves them, and the records no registry change can mend
+    # stay quarantined, once.
+    from spark_jobs.replay import replay
+
+    w.register(V4)
+    summary = replay(spark, config, ds, "replay-fixed")
+    assert summary.speed == {"valid": {"incompatible_schema": 5},
+                             "invalid": {"no_magic_byte": 1, "unknown_schema_id": 1, "undecodable": 1}}
+    speed = rows(spark, config.table_path(ds, "speed"))
+    assert speed.count() == 25 and speed.select("_partition", "_offset").distinct().count() == 25
+    moved = speed.where("order_id BETWEEN 21 AND 25").collect()
+    assert len(moved) == 5 and {r["amount"] for r in moved} == {None} and {r["channel"] for r in moved} == {"web", None}
+    left = rows(spark, config.table_path(ds, "quarantine")).groupBy("reason_code").count().collect()
+    assert {r["reason_code"]: r["count"] for r in left} == {"no_magic_byte": 1, "unknown_schema_id": 1,
+                                                           "undecodable": 1}
+
 
 # A flat schema loglake's own generator can fill (``loglake produce``'s path).
 CLICKS = {"type": "record", "name": "Click", "fields": [
@@ -306,6 +327,8 @@ SHIPMENT_V1 = {"type": "object", "properties": {
         "sku": {"type": "string"}, "qty": {"type": "integer"}}}},
     "carrier": {"type": ["null", "string"]}}, "required": ["shipment_id", "sent_at", "weight"]}
 SHIPMENT_V2 = {**SHIPMENT_V1, "properties": {**SHIPMENT_V1["properties"], "insured": {"type": "boolean"}}}
+# The fix of a record without a weight: weight no longer required (a rule loosened).
+SHIPMENT_V3 = {**SHIPMENT_V2, "required": ["shipment_id", "sent_at"]}
 
 
 def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_records_get_their_reasons(
@@ -363,6 +386,18 @@ def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_reco
         reasons = {r["reason_code"]: r["count"] for r in q.where(F.col("_layer") == layer)
                    .groupBy("reason_code").count().collect()}
         assert reasons == {"no_magic_byte": 1, "undecodable": 2, "missing_field": 1}, layer
+
+    # weight made optional: the record without one is replayed into both layers, the others stay.
+    from spark_jobs.replay import replay
+
+    w.registry.register_schema(ds.subject_name, Schema(json.dumps(SHIPMENT_V3), "JSON"))
+    summary = replay(spark, config, ds, "replay-fixed")
+    for layer in ("speed", "batch"):
+        assert getattr(summary, layer) == {"valid": {"missing_field": 1},
+                                           "invalid": {"no_magic_byte": 1, "undecodable": 2}}, layer
+        table = rows(spark, config.table_path(ds, layer))
+        assert table.count() == 61 and table.where("shipment_id = 8 AND weight IS NULL").count() == 1, layer
+        assert q.where(F.col("_layer") == layer).count() == 3, layer
 
 
 PARCEL_V1 = """syntax = "proto3";
