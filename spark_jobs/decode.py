@@ -90,6 +90,33 @@ def _protobuf(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callab
 DECODERS = {"avro": _avro, "json-schema": _json, "protobuf": _protobuf}
 
 
+def _key(ds: Dataset) -> Column:
+    """The record key as text (what the key checks compare): the key as it is, or one in a
+    registry format decoded with its own writer's schema (a primitive, or a record's one field).
+    A key that does not decode (another id, a payload of another schema) reads null."""
+    schemas = ds.registry
+    if ds.key_format == "string":
+        return F.col("key").cast("string")
+    from pyspark.sql.avro.functions import from_avro
+
+    kid = F.expr("cast(conv(hex(substr(key, 2, 4)), 16, 10) as bigint)")
+    framed = (F.octet_length("key") >= 5) & (F.substring("key", 1, 1) == F.lit(bytes([0])))
+    payload, field = F.expr("substr(key, 6)"), schemas.key_field
+    out = None
+    for w in schemas.key_writers:
+        if w.refused is not None:
+            continue
+        if ds.key_format == "avro":
+            v = from_avro(payload, w.schema_str, {"mode": "PERMISSIVE"})
+            v = v.getField(field) if field else v
+        else:
+            text = payload.cast("string")
+            v = F.get_json_object(text, f"$.{field}") if field else F.regexp_replace(text, r'^"|"$', "")
+        when = framed & (kid == w.id)
+        out = F.when(when, v.cast("string")) if out is None else out.when(when, v.cast("string"))
+    return out if out is not None else F.lit(None).cast("string")
+
+
 def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     """The three projections of ``parse.validate`` for a registry-format dataset: the Kafka
     columns renamed, the value decoded, the fields and the reason."""
@@ -97,7 +124,7 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     base = [
         F.col("topic").alias("_topic"), F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         F.col("timestamp").alias("_kafka_timestamp"), "key", "value",
-        F.col("key").cast("string").alias("_key"),
+        _key(ds).alias("_key"),
         F.expr("cast(conv(hex(substr(value, 2, 4)), 16, 10) as bigint)").alias("_schema_id"),
     ]
     value, sid, key = F.col("value"), F.col("_schema_id"), F.col("_key")

@@ -209,6 +209,10 @@ class RegistrySchemas(_Strict):
     # The newest version when it was refused as the tables' schema (else None), and why.
     refused_version: int | None = None
     refused: str | None = None
+    # A key in a registry format: its subject's versions (``refused``: a key loglake cannot read
+    # as one value) and, for a record key, the name of its one field.
+    key_writers: tuple[WriterSchema, ...] = ()
+    key_field: str | None = None
 
 
 class Dataset(_Strict):
@@ -222,6 +226,10 @@ class Dataset(_Strict):
     # json: the schema below; a registry format: the schema comes from the registry's subject.
     format: Format = "json"
     subject: str | None = None  # default <topic>-value
+    # The record key: text (as today), or a registry format whose subject (default <topic>-key)
+    # holds a primitive or a record of one field; it is read as text for the key checks.
+    key_format: Literal["string", "avro", "json-schema"] = "string"
+    key_subject: str | None = None
     schema_: dict[str, FieldSpec] = Field(alias="schema", default_factory=dict)
     # Set by ``loglake.schemaregistry.resolve`` (never in a file): the subject's versions.
     registry: RegistrySchemas | None = None
@@ -285,6 +293,9 @@ class Dataset(_Strict):
         if self.format == "json" and self.subject is not None:
             raise KeyedValueError("subject", "subject: is for datasets in a registry format (format: avro, "
                                   "protobuf or json-schema)")
+        if self.format == "json" and self.key_format != "string":
+            raise KeyedValueError("key_format", "key_format: is for datasets in a registry format (format: avro, "
+                                  "protobuf or json-schema)")
         if self.key not in self.schema_:
             raise KeyedValueError("key", f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
         self._tables_fit_kind()
@@ -310,6 +321,11 @@ class Dataset(_Strict):
     def subject_name(self) -> str:
         """The registry subject of the topic's values (registry formats)."""
         return self.subject or f"{self.topic}-value"
+
+    @property
+    def key_subject_name(self) -> str:
+        """The registry subject of the topic's keys (a key in a registry format)."""
+        return self.key_subject or f"{self.topic}-key"
 
     @property
     def in_registry(self) -> bool:

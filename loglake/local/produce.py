@@ -129,8 +129,8 @@ def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | Non
 
 
 def _records(ds: Dataset, count: int, bad_fraction: float, seed: int | None,
-             encoder: "Encoder | None") -> Iterator[tuple[bytes | None, bytes | None, bool, dict | None]]:
-    """(key, value, good, the value as a dict) of each record ``generate`` makes."""
+             encoder: "Encoder | None") -> Iterator[tuple[bytes | None, bytes | None, bool, tuple]]:
+    """(key, value, good, (the key as text, the value as a dict)) of each record ``generate`` makes."""
     if not 0.0 <= bad_fraction <= 1.0:
         raise ValueError(f"bad_fraction must be within [0, 1], found {bad_fraction}")
     rng = random.Random(seed)
@@ -147,15 +147,16 @@ def _records(ds: Dataset, count: int, bad_fraction: float, seed: int | None,
                 while value is None:
                     key, value = gen(rng, now)
             if encoder is not None:
-                yield key.encode(), encoder.malformed(rng, value), False, None
+                yield encoder.encode_key(key), encoder.malformed(rng, value), False, (key, None)
             else:
                 k, v = malformed(ds, rng, key, value)
-                yield k, v, False, None
+                yield k, v, False, (key, None)
         elif value is None:
-            yield key.encode(), None, True, None
+            yield key.encode() if encoder is None else encoder.encode_key(key), None, True, (key, None)
+        elif encoder is None:
+            yield key.encode(), json.dumps(value).encode(), True, (key, value)
         else:
-            encoded = encoder.encode(value) if encoder is not None else json.dumps(value).encode()
-            yield key.encode(), encoded, True, value
+            yield encoder.encode_key(key), encoder.encode(value), True, (key, value)
 
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
@@ -216,7 +217,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             _count_delivered(result, [(msg.partition(), msg.offset())], acked)
 
     # Per record of the open transaction: (key, value, ok, value dict), counted when it commits.
-    in_txn: list[tuple[bytes | None, bytes | None, bool, dict | None]] = []
+    in_txn: list[tuple[bytes | None, bytes | None, bool, tuple]] = []
 
     def end_transaction(abort: bool) -> None:
         if abort:
@@ -227,8 +228,8 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             pending.clear()
         else:
             producer.commit_transaction(60)  # flushes: every delivery report is in
-            for key, _value, ok, obj in in_txn:
-                _count_record(result, ds, key, obj, ok)
+            for _key, _value, ok, obj in in_txn:
+                _count_record(result, ds, obj, ok)
             _count_delivered(result, pending, acked)
             pending.clear()
         result.transactions += 1
@@ -258,7 +259,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
                     if i < count - 1:
                         producer.begin_transaction()
             else:
-                _count_record(result, ds, key, obj, ok)
+                _count_record(result, ds, obj, ok)
             if bar is not None and (i + 1) % 1000 == 0:
                 bar.update(1000)
             if rate:
@@ -278,14 +279,15 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     return result
 
 
-def _count_record(result: ProduceResult, ds: Dataset, key: bytes | None, value: dict | None, ok: bool) -> None:
+def _count_record(result: ProduceResult, ds: Dataset, record: tuple[str, dict | None], ok: bool) -> None:
+    key, value = record
     result.records += 1
     if ok:
         result.good += 1
         if value is None:
             result.tombstones += 1
         if ds.kind == "changelog":
-            result.last_value[key.decode()] = value
+            result.last_value[key] = value
     else:
         result.bad += 1
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError
 from loglake.schemaregistry import SCHEMA_TYPES, client, protobuf, register, versions
-from loglake.schemaregistry.resolve import KINDS, with_fields
+from loglake.schemaregistry.resolve import KINDS, key_schemas, with_fields
 
 SERIALIZERS = ("avro", "json-schema", "protobuf")
 # An id no registry gave (ids count up from 1): what an ``unknown_schema_id`` record carries.
@@ -51,9 +51,29 @@ class Encoder:
             self._serialize = serializer(schema_str=ds.registry.reader, schema_registry_client=client(config),
                                          conf={"auto.register.schemas": False})
         self._context = SerializationContext(topic, MessageField.VALUE)
+        self._key = None
+        if ds.key_format != "string":  # the key subject's newest version the dataset can read
+            keys = [w for w in ds.registry.key_writers if w.refused is None]
+            if not keys:
+                raise ConfigError(f"dataset {ds.name}: key subject {ds.key_subject_name} has no version loglake "
+                                  f"can write a key with ({'; '.join(w.refused for w in ds.registry.key_writers)})",
+                                  key=f"datasets.{ds.name}.key_subject")
+            serializer = {"avro": AvroSerializer, "json-schema": JSONSerializer}[ds.key_format]
+            self._key = serializer(schema_str=keys[-1].schema_str, schema_registry_client=client(config),
+                                   conf={"auto.register.schemas": False})
+            self._key_context = SerializationContext(topic, MessageField.KEY)
 
     def encode(self, value: dict) -> bytes:
         return self._serialize(self._convert(value), self._context)
+
+    def encode_key(self, key: str) -> bytes:
+        """The record key (the key field's value, as text) in the dataset's key format."""
+        if self._key is None:
+            return key.encode()
+        kind = self.fields[self.ds.key].type
+        v: object = int(key) if kind in ("bigint", "int") else key
+        return self._key(v if self.ds.registry.key_field is None else {self.ds.registry.key_field: v},
+                         self._key_context)
 
     def _convert(self, value: dict) -> dict:
         """The generator's JSON-style values as the serializer takes them: (Avro) ISO text as a
@@ -98,4 +118,9 @@ def encoder(config: Config, ds: Dataset, topic: str | None = None, schema_file: 
         except (ValueError, KeyError) as e:
             raise ConfigError(f"{schema_file}: {e}", key="--schema") from None
         register(config, ds.subject_name, text, SCHEMA_TYPES[ds.format])
-    return Encoder(config, with_fields(ds, versions(config, ds.subject_name)[-1]), topic or ds.topic)
+    writing = with_fields(ds, versions(config, ds.subject_name)[-1])
+    if ds.key_format != "string":  # the keys too: the key subject's versions
+        key_writers, key_field = key_schemas(config, ds)
+        writing = writing.model_copy(update={"registry": writing.registry.model_copy(
+            update={"key_writers": key_writers, "key_field": key_field})})
+    return Encoder(config, writing, topic or ds.topic)

@@ -86,9 +86,67 @@ def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> 
     if refused is not None:
         why = (f"subject {ds.subject_name} version {refused} is refused as the tables' schema: {why}; they stay at "
                f"version {reader.version}")
+    key_writers, key_field = key_schemas(config, ds) if ds.key_format != "string" else ((), None)
     schemas = RegistrySchemas(subject=ds.subject_name, version=reader.version, id=reader.id, reader=reader.schema_str,
-                              writers=writers, refused_version=refused, refused=why)
+                              writers=writers, refused_version=refused, refused=why, key_writers=key_writers,
+                              key_field=key_field)
     return with_fields(ds, reader, schemas)
+
+
+def key_schemas(config: Config, ds: Dataset) -> tuple[tuple[WriterSchema, ...], str | None]:
+    """The key subject's versions, each refused when its key is not one value or is of another
+    type than the versions before it, and the name of a record key's one field (the newest
+    readable version's)."""
+    found = versions(config, ds.key_subject_name)
+    if not found:
+        raise ConfigError(f"key subject {ds.key_subject_name!r} has no version in the schema registry at "
+                          f"{config.registry.url}", key=f"datasets.{ds.name}.key_subject")
+    want = None  # the key's type: the first readable version's
+    out, field = [], None
+    for v in found:
+        try:
+            name, t = KEYS[ds.key_format](v.schema_str)
+            why = None
+        except (ValueError, KeyError, TypeError) as e:
+            name, t, why = None, None, f"key subject {ds.key_subject_name} version {v.version} (id {v.id}): {e}"
+        if why is None and want is not None and t != want:
+            why = f"key subject {ds.key_subject_name} version {v.version} (id {v.id}) is {t}, not {want}"
+        if why is None:
+            want, field = t, name
+        out.append(WriterSchema(id=v.id, version=v.version, schema_str=v.schema_str, refused=why))
+    return tuple(out), field
+
+
+def _avro_key(schema_str: str) -> tuple[str | None, str]:
+    """(the field of a one-field record key, or None for a primitive; the key's Spark type)."""
+    import json
+
+    schema = json.loads(schema_str)
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        if len(schema["fields"]) != 1:
+            raise ValueError("a record key of several fields is not read as one key value")
+        f = avro.fields(schema_str)
+        (name, spec), = f.items()
+        return name, spec.type
+    wrapped = {"type": "record", "name": "K", "fields": [{"name": "k", "type": schema}]}
+    return None, avro.fields(json.dumps(wrapped))["k"].type
+
+
+def _json_key(schema_str: str) -> tuple[str | None, str]:
+    import json
+
+    schema = json.loads(schema_str)
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        f = jsonschema.fields(schema_str)
+        if len(f) != 1:
+            raise ValueError("an object key of several properties is not read as one key value")
+        (name, spec), = f.items()
+        return name, spec.type
+    wrapped = {"type": "object", "properties": {"k": schema}}
+    return None, jsonschema.fields(json.dumps(wrapped))["k"].type
+
+
+KEYS = {"avro": _avro_key, "json-schema": _json_key}
 
 
 def _writer_refusal(ds: Dataset, v: Version, reader: Version, table: Dataset) -> str | None:

@@ -87,6 +87,24 @@ def test_a_registry_dataset_takes_no_schema_block_and_its_fields_wait_for_the_re
     assert dataset(subject="shop.Order").subject_name == "shop.Order"
 
 
+def test_a_key_in_a_registry_format_is_one_value_a_primitive_or_a_record_of_one_field():
+    from loglake.schemaregistry.resolve import KEYS
+
+    assert dataset(key_format="avro").key_subject_name == "orders-key"
+    with pytest.raises(ValueError, match="key_format: is for datasets in a registry format"):
+        dataset(format="json", key_format="avro", schema={"order_id": {"type": "long"}})
+    with pytest.raises(ValueError, match="key_format"):
+        dataset(key_format="protobuf")
+    assert KEYS["avro"]('{"type": "long"}') == (None, "bigint")
+    assert KEYS["avro"]('"string"') == (None, "string")
+    one = {"type": "record", "name": "K", "fields": [{"name": "order_id", "type": "long"}]}
+    assert KEYS["avro"](json.dumps(one)) == ("order_id", "bigint")
+    with pytest.raises(ValueError, match="several fields"):
+        KEYS["avro"](json.dumps({**one, "fields": [*one["fields"], {"name": "b", "type": "int"}]}))
+    assert KEYS["json-schema"]('{"type": "integer"}') == (None, "bigint")
+    assert KEYS["json-schema"]('{"type": "object", "properties": {"id": {"type": "string"}}}') == ("id", "string")
+
+
 def test_registry_settings_refuse_a_bad_url_and_half_a_login():
     with pytest.raises(ValueError, match="is not an http"):
         RegistrySettings(url="registry:8081")
