@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Debian packages loglake needs: Java 17 (Kafka broker, Spark), Maven (resolves jars) and
-# Chromium (headless, for the Airflow UI system tests).
+# Debian packages loglake needs: Java 17 (Kafka broker, Spark), Maven (resolves jars),
+# Chromium (headless, for the Airflow UI system tests) and nginx (the tests' reverse proxy with
+# TLS and a login in front of a schema registry).
 # Installs only what is missing; needs root (or sudo) only then.
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 if ((${#need[@]})); then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

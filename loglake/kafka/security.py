@@ -147,23 +147,47 @@ def _needs_new_broker_cert(path: Path, ca_cert) -> bool:
             or cert.not_valid_after_utc - dt.datetime.now(dt.timezone.utc) < RENEW_BEFORE)
 
 
-def ensure_tls(directory: Path) -> None:
-    """The CA (once) and the broker's certificate (again when missing, foreign or near expiry)."""
-
+def _ensure_ca(directory: Path):
+    """The local CA under ``directory`` (made once): its certificate."""
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    ca_pem, ca_key_path, broker = directory / "ca.pem", directory / "ca.key", directory / "broker.pem"
+    ca_pem, ca_key_path = directory / "ca.pem", directory / "ca.key"
     if not (ca_pem.exists() and ca_key_path.exists()):
         ca_key, ca_cert = _new_ca()
         write_private(ca_key_path, _key_pem(ca_key))
         write_private(ca_pem, _cert_pem(ca_cert), 0o644)
-        broker.unlink(missing_ok=True)  # signed by a CA that is gone
-    ca_cert = x509.load_pem_x509_certificate(ca_pem.read_bytes())
+        for old in ("broker.pem", "registry.crt", "registry.key"):  # signed by a CA that is gone
+            (directory / old).unlink(missing_ok=True)
+    return x509.load_pem_x509_certificate(ca_pem.read_bytes())
+
+
+def _signed(directory: Path, ca_cert):
+    """A new key and certificate for localhost and 127.0.0.1, signed by the CA under ``directory``."""
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+    return _new_broker_cert(ca_key, ca_cert)
+
+
+def ensure_tls(directory: Path) -> None:
+    """The CA (once) and the broker's certificate (again when missing, foreign or near expiry)."""
+    ca_cert = _ensure_ca(directory)
+    broker = directory / "broker.pem"
     if _needs_new_broker_cert(broker, ca_cert):
-        ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-        key, cert = _new_broker_cert(ca_key, ca_cert)
+        key, cert = _signed(directory, ca_cert)
         # Kafka's PEM key store: the private key, then the chain from the broker up to the CA.
         write_private(broker, _key_pem(key) + _cert_pem(cert) + _cert_pem(ca_cert))
+
+
+def ensure_server_cert(directory: Path, stem: str) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1 signed by the same local CA, as the PEM files
+    an HTTP server reads (the embedded schema registry): ``<stem>.crt`` (the certificate,
+    then the CA's) and ``<stem>.key`` (0600). Made again when missing, foreign or near expiry."""
+    ca_cert = _ensure_ca(directory)
+    crt, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    if not key_path.exists() or _needs_new_broker_cert(crt, ca_cert):
+        key, cert = _signed(directory, ca_cert)
+        write_private(key_path, _key_pem(key))
+        write_private(crt, _cert_pem(cert) + _cert_pem(ca_cert), 0o644)
+    return crt, key_path
 
 
 def _own_password(directory: Path) -> str:

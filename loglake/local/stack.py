@@ -15,7 +15,7 @@ import time
 from confluent_kafka import KafkaException
 
 from loglake.core.config import Config
-from loglake.core.errors import LoglakeError
+from loglake.core.errors import ConfigError, LoglakeError
 from loglake.core.processes import state_label
 from loglake.core.retrying import retry_transient
 from loglake.jobs import shared_app
@@ -52,15 +52,18 @@ def schema_registry(config: Config) -> EmbeddedRegistry | None:
     return EmbeddedRegistry(config.home, port=settings.port)
 
 
-def registry_answers(config: Config, timeout: float = 5.0) -> bool:
-    """The profile's registry answers its Confluent API (with its login and CA)."""
+def registry_state(config: Config, timeout: float = 5.0) -> str:
+    """Whether the profile's registry answers its Confluent API with the profile's login and
+    CA: ``answers``, ``not answering`` or ``refused: why``."""
     from loglake.schemaregistry import call, client
 
     try:
         call(config, "list of subjects", client(config).get_subjects, seconds=timeout)
-        return True
+        return "answers"
+    except ConfigError as e:
+        return f"refused: {e}"
     except Exception:
-        return False
+        return "not answering"
 
 
 def registry_line(config: Config) -> str | None:
@@ -71,8 +74,7 @@ def registry_line(config: Config) -> str | None:
     embedded = schema_registry(config)
     if embedded is not None and not embedded.is_running():
         return f"{status_line(config)} (not running)"
-    answers = registry_answers(config)
-    return f"{status_line(config)} ({'answers' if answers else 'not answering'})"
+    return f"{status_line(config)} ({registry_state(config)})"
 
 
 def start_registry(config: Config) -> None:

@@ -9,7 +9,9 @@ holds the schemas by id and by subject version. loglake reads it through conflue
 A registry that does not answer (refused, timed out, a 5xx) is a transient error: every
 call is retried for ``registry.retry_seconds``, then fails as ``RegistryUnavailableError``
 (still transient: the stream's supervisor or the task's retries try again). A subject or an
-id the registry does not know is an answer, not an outage.
+id the registry does not know is an answer, not an outage. A registry that refuses the
+profile's login (401, 403) or whose certificate the profile's CA does not sign is a
+``ConfigError`` at once, naming the key to fix: waiting would not mend it.
 """
 
 from __future__ import annotations
@@ -74,6 +76,38 @@ def _outage(error: BaseException) -> bool:
     return isinstance(error, SchemaRegistryError) and (error.http_status_code or 0) >= 500
 
 
+def _untrusted(error: BaseException) -> bool:
+    """The registry's TLS certificate failed verification (the error or one it wraps)."""
+    import ssl
+
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _misconfigured(config: Config, error: BaseException) -> ConfigError | None:
+    """The registry's answer says the profile's settings are wrong: its login, its CA."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    url, settings = config.registry.url, config.registry
+    if isinstance(error, SchemaRegistryError) and error.http_status_code in (401, 403):
+        given = (f"as user {settings.username!r}" if settings.username else "without a login (registry.username "
+                 "and registry.password are not set)")
+        return ConfigError(f"the schema registry at {url} refused loglake {given} (HTTP {error.http_status_code})",
+                           key="registry.password" if settings.username else "registry.username")
+    if _untrusted(error):
+        trusted = (f"the CA in {settings.ca_file}" if settings.ca_file else "the system's CAs (registry.ca_file "
+                   "is not set)")
+        return ConfigError(f"the schema registry at {url} presented a certificate {trusted} does not sign",
+                           key="registry.ca_file")
+    return None
+
+
 def call(config: Config, what: str, fn: Callable[[], T], seconds: float | None = None) -> T:
     """``fn()`` (a registry call), retried while the registry does not answer."""
     url = config.registry.url
@@ -82,6 +116,9 @@ def call(config: Config, what: str, fn: Callable[[], T], seconds: float | None =
         try:
             return fn()
         except Exception as e:
+            wrong = _misconfigured(config, e)
+            if wrong is not None:
+                raise wrong from None
             if _outage(e):
                 raise RegistryUnavailableError(url, what, str(e).splitlines()[0] if str(e) else type(e).__name__) from e
             raise
