@@ -823,8 +823,9 @@ def _check_secrets_referenced(raw: dict, file: str, prefix: str) -> None:
         if value is None:
             continue
         if not isinstance(value, str) or not _ENV_REF.search(value):
-            raise ConfigError("a secret is written into conf/: reference an environment variable instead "
-                              "(e.g. ${LOGLAKE_KAFKA_PASSWORD}); conf/ is committed, the environment is not",
+            example = "LOGLAKE_" + "_".join(p for p in dotted.split(".") if p != "security").upper()
+            raise ConfigError(f"a secret is written into conf/: reference an environment variable instead "
+                              f"(e.g. ${{{example}}}); conf/ is committed, the environment is not",
                               file=file, key=f"{prefix}.{dotted}")
 
 

@@ -29,7 +29,8 @@ DOCKERFILES = ("Dockerfile.spark", "Dockerfile.airflow")
 CODE_DIRS = ("loglake", "spark_jobs", "dags", "plugins")
 
 # Packages of setup/system-deps.sh that the images leave out on purpose, and why.
-DEV_ONLY_PACKAGES = {"chromium": "headless Chromium drives the Airflow UI in the system tests only"}
+DEV_ONLY_PACKAGES = {"chromium": "headless Chromium drives the Airflow UI in the system tests only",
+                     "nginx-light": "the tests' HTTPS proxy with a login in front of a schema registry"}
 
 # Keys whose values are secrets: they may only come from docker/.env (`${VAR}`) or a file secret.
 SECRET_KEY = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|JAAS|CREDENTIALS|FERNET|(^|_)KEY($|_)")
