@@ -9,10 +9,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 import psutil
 
 from loglake.core.errors import ProcessError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def started_on_free_port(make: Callable[[int], T], start: Callable[[T], None], attempts: int = 3,
+                         ports: Iterator[int] | None = None) -> T:
+    """``make(port)`` on a port free right now, started with ``start``. A free port can be taken
+    by another process before the server binds it (``PortInUseError``): then again on a fresh
+    one, up to ``attempts`` times. ``ports`` replaces the OS's choice."""
+    from loglake.core.errors import PortInUseError
+
+    ports = ports if ports is not None else iter(free_port, None)
+    for attempt in range(1, attempts + 1):
+        server = make(next(ports))
+        try:
+            start(server)
+            return server
+        except PortInUseError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 def free_ports(n: int) -> list[int]:

@@ -167,16 +167,19 @@ def table_columns(config: Config, ds: Dataset) -> dict[str, dict[str, str]]:
     return out
 
 
-def breaking_changes(config: Config, ds: Dataset) -> list[Change]:
+def breaking_changes(config: Config, ds: Dataset, recorded: list[dict] | None = None,
+                     columns: dict[str, dict[str, str]] | None = None) -> list[Change]:
     """What in the dataset's conf would break its tables: against the newest recorded
-    version, and each field's type against the column the tables already hold."""
+    version, and each field's type against the column the tables already hold (``recorded``
+    and ``columns``: ``recorded_versions`` and ``table_columns``, read already)."""
     new = spec_of(ds)
-    versions = recorded_versions(config, ds)
+    versions = recorded if recorded is not None else recorded_versions(config, ds)
     found = [c for c in compare(versions[-1]["spec"], new) if c.breaking] if versions else []
     typed = {c.field for c in found if c.what == "type"}
-    for layer, columns in table_columns(config, ds).items():
+    held = columns if columns is not None else table_columns(config, ds)
+    for layer, have_columns in held.items():
         for name, f in new["fields"].items():
-            have = columns.get(name)
+            have = have_columns.get(name)
             if name not in typed and have is not None and have != delta_type(f["type"]):
                 typed.add(name)
                 found.append(Change(name, "type", f"{have} (column of {getattr(ds.tables, layer)})", f["type"], True))
@@ -235,11 +238,27 @@ def added_columns(ds: Dataset, columns: dict[str, str]) -> dict[str, str]:
     return {n: FIELD_TYPES.get(f.type, f.type) for n, f in ds.fields.items() if n not in columns}
 
 
+# Every key of a dataset's schema status, for any format (None where it does not apply): the
+# format; a registry format's subject, the version its tables take, its id, what the registry
+# refused or why it could not be asked; the recorded version, when, its change, a breaking
+# change refused, a change the next writer will record.
+STATUS_KEYS = ("format", "subject", "subject_version", "schema_id", "registry_refused", "registry_error",
+               "version", "recorded_at", "change", "refused", "pending")
+
+
+def status_shape(**given) -> dict:
+    """A schema status with every key of ``STATUS_KEYS`` (those not given None)."""
+    unknown = set(given) - set(STATUS_KEYS)
+    if unknown:
+        raise KeyError(f"not schema status keys: {', '.join(sorted(unknown))}")
+    return {key: given.get(key) for key in STATUS_KEYS}
+
+
 def schema_status(config: Config, ds: Dataset) -> dict:
     """What ``loglake status`` and the UI say of the dataset's schema: its format, the version
     in force, a change the next writer will record, or a breaking change refused. A registry
     format's dataset resolved (``loglake.schemaregistry.resolve.schema_status`` says the rest)."""
-    return {"format": ds.format, **_recorded_status(config, ds)}
+    return status_shape(format=ds.format, **_recorded_status(config, ds))
 
 
 def _recorded_status(config: Config, ds: Dataset) -> dict:
@@ -257,24 +276,24 @@ def _recorded_status(config: Config, ds: Dataset) -> dict:
 
 def format_text(st: dict) -> str:
     """``json`` or ``avro, subject S version 2 (schema id 7)`` and what the registry refused."""
-    if st.get("format", "json") == "json":
+    if st["format"] == "json":
         return "json (the schema is the dataset's conf)"
     head = f"{st['format']}, subject {st['subject']}"
-    if st.get("registry_error"):
+    if st["registry_error"]:
         return f"{head}: {st['registry_error']}"
     head += f" version {st['subject_version']} (schema id {st['schema_id']})"
-    if st.get("registry_refused"):
+    if st["registry_refused"]:
         head += f"; REFUSED: {st['registry_refused']}"
     return head
 
 
 def schema_text(st: dict) -> str:
-    if st.get("registry_error"):
+    if st["registry_error"]:
         return "unknown until the registry answers"
-    if st.get("refused"):
+    if st["refused"]:
         return f"REFUSED breaking change ({st['refused']}): nothing runs until the conf is put back; {WAYS_FORWARD}"
-    head = "not recorded yet (the first writer records it)" if st.get("version") is None else (
+    head = "not recorded yet (the first writer records it)" if st["version"] is None else (
         f"version {st['version']} ({st['change']})")
-    if st.get("pending"):
+    if st["pending"]:
         head += f"; the conf adds {st['pending']}: the next writer records it as a new version"
     return head

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from loglake.core.errors import PortInUseError, ProcessError, SetupError
 from loglake.core.paths import jar_dir, java_executable
-from loglake.core.processes import Managed, free_port, port_open, wait_for
+from loglake.core.processes import Managed, port_open, started_on_free_port, wait_for
 
 CCOMPAT = "/apis/ccompat/v7"
 
@@ -50,15 +50,7 @@ class EmbeddedRegistry:
     def on_free_port(cls, home: Path, attempts: int = 3, timeout: float = 90.0) -> EmbeddedRegistry:
         """A started registry on a port free right now (on a fresh one when another process took
         it before the registry bound it)."""
-        for attempt in range(1, attempts + 1):
-            registry = cls(home, port=free_port())
-            try:
-                registry.start(timeout=timeout)
-                return registry
-            except PortInUseError:
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")
+        return started_on_free_port(lambda port: cls(home, port=port), lambda r: r.start(timeout=timeout), attempts)
 
     @property
     def url(self) -> str:

@@ -54,7 +54,7 @@ def with_fields(ds: Dataset, version: Version, schemas: RegistrySchemas | None =
 def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> Dataset:
     """``ds`` with the fields its tables take now, read from the registry (``known``: the
     subject's versions, already read). A json dataset, or one resolved already, as it is."""
-    from loglake.ledger.schemas import breaking_changes, describe_changes
+    from loglake.ledger.schemas import breaking_changes, describe_changes, recorded_versions, table_columns
 
     if ds.resolved and known is None:  # a json dataset's fields are its conf's; resolved already
         return ds
@@ -68,8 +68,9 @@ def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> 
                           f"is {wrong[0].schema_type}", key=f"datasets.{ds.name}.format")
     newest = found[-1]
     reader, refused, why = newest, None, None
+    recorded, columns = recorded_versions(config, ds), table_columns(config, ds)  # read once for every candidate
     for candidate in reversed(found):
-        breaking = breaking_changes(config, with_fields(ds, candidate))
+        breaking = breaking_changes(config, with_fields(ds, candidate), recorded, columns)
         if not breaking:
             reader = candidate
             break
@@ -208,12 +209,9 @@ def schema_status(config: Config, ds: Dataset) -> dict:
 
     if not ds.in_registry:
         return schemas.schema_status(config, ds)
-    out: dict = {"format": ds.format, "subject": ds.subject_name}
     try:
         ds = resolve(config, ds, versions(config, ds.subject_name, seconds=5.0))
     except LoglakeError as e:
-        return {**out, "registry_error": str(e)}
-    out.update(subject_version=ds.registry.version, schema_id=ds.registry.id)
-    if ds.registry.refused:
-        out["registry_refused"] = ds.registry.refused
-    return {**schemas.schema_status(config, ds), **out}
+        return schemas.status_shape(format=ds.format, subject=ds.subject_name, registry_error=str(e))
+    return {**schemas.schema_status(config, ds), "subject": ds.subject_name, "subject_version": ds.registry.version,
+            "schema_id": ds.registry.id, "registry_refused": ds.registry.refused}

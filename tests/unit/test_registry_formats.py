@@ -118,16 +118,18 @@ def test_registry_settings_refuse_a_bad_url_and_half_a_login():
 
 
 def test_status_says_the_format_the_subject_version_and_what_was_refused():
-    from loglake.ledger.schemas import format_text, schema_text
+    from loglake.ledger.schemas import format_text, schema_text, status_shape
 
-    assert format_text({"format": "json", "version": 1}) == "json (the schema is the dataset's conf)"
-    st = {"format": "avro", "subject": "orders-value", "subject_version": 2, "schema_id": 7, "version": 3,
-          "change": "channel: new optional field"}
+    assert format_text(status_shape(format="json", version=1)) == "json (the schema is the dataset's conf)"
+    st = status_shape(format="avro", subject="orders-value", subject_version=2, schema_id=7, version=3,
+                      change="channel: new optional field")
     assert format_text(st) == "avro, subject orders-value version 2 (schema id 7)"
     assert format_text({**st, "registry_refused": "version 3 is refused"}).endswith("; REFUSED: version 3 is refused")
-    away = {"format": "avro", "subject": "orders-value", "registry_error": "the schema registry at U did not answer"}
+    away = status_shape(format="avro", subject="orders-value", registry_error="the schema registry at U did not answer")
     assert format_text(away) == "avro, subject orders-value: the schema registry at U did not answer"
     assert schema_text(away) == "unknown until the registry answers"
+    with pytest.raises(KeyError, match="not schema status keys: subjekt"):
+        status_shape(subjekt="x")
 
 
 def test_json_schema_properties_become_spark_columns():
