@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 
 from bench.harness import Harness, median, result
-from bench.speed import BATCHES, KB, Topic
+from bench.speed import KB, Topic
 from loglake.testing import workload
 
 RECORDS = 300_000
@@ -26,18 +26,12 @@ RECORDS = 300_000
 class AvroTopic(Topic):
     """``Topic`` with the same records in Avro, on a registry-format twin of the dataset."""
 
-    def __init__(self, h: Harness, partitions: int, record_bytes: int, records: int):
-        self.avro = True
-        super().__init__(h, partitions, record_bytes, records)
-
-    def config(self, name: str):
-        if not getattr(self, "avro", False):
-            return super().config(name)
-        per_batch = -(-self.records // BATCHES)
-        twin = {"description": "bench_events in Avro", "kind": "events", "partitions": self.partitions,
+    def dataset_file(self) -> dict:
+        return {"description": "bench_events in Avro", "kind": "events", "partitions": self.partitions,
                 "key": "user_id", "format": "avro"}
-        return self.h.config(f"avro-{self.suffix}-{name}", topic_suffix=self.suffix, registry=self.h.registry_url,
-                             extra_datasets={workload.DATASET: twin}, speed={"max_offsets_per_trigger": per_batch})
+
+    def profile(self) -> dict:
+        return {"registry": self.h.registry_url}
 
     def fill(self, config, topic: str) -> float:
         from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -47,7 +41,7 @@ class AvroTopic(Topic):
 
         ds = config.dataset(workload.DATASET)
         # The Avro schema of the JSON dataset's fields (a config of the JSON twin says them).
-        schema = avro.schema_of(Topic.config(self, "fields").dataset(workload.DATASET))
+        schema = avro.schema_of(self.config("fields", workload.dataset_file(self.partitions)).dataset(workload.DATASET))
         register(config, ds.subject_name, schema)
         serialize = AvroSerializer(client(config), schema, conf={"auto.register.schemas": False})
         ctx = SerializationContext(topic, MessageField.VALUE)

@@ -54,12 +54,21 @@ class Topic:
         """Produce the topic's records; seconds taken."""
         return workload.produce(self.h.bootstrap, topic, self.records, self.record_bytes)
 
-    def config(self, name: str):
-        """A config (own state dir, same topic) with micro-batches of a third of the topic."""
+    def dataset_file(self) -> dict:
+        """The benchmark dataset's file (a subclass: another format of it)."""
+        return workload.dataset_file(self.partitions)
+
+    def profile(self) -> dict:
+        """More of the profile (``loglake.testing.conf.write_conf``'s keywords)."""
+        return {}
+
+    def config(self, name: str, dataset: dict | None = None):
+        """A config (own state dir, same topic) with micro-batches of a third of the topic;
+        ``dataset``: the dataset's file instead of ``dataset_file()``."""
         per_batch = -(-self.records // BATCHES)
         return self.h.config(f"speed-{self.suffix}-{name}", topic_suffix=self.suffix,
-                             extra_datasets={workload.DATASET: workload.dataset_file(self.partitions)},
-                             speed={"max_offsets_per_trigger": per_batch})
+                             extra_datasets={workload.DATASET: dataset or self.dataset_file()},
+                             speed={"max_offsets_per_trigger": per_batch}, **self.profile())
 
     def speed_run(self, i: int) -> dict:
         """One run of the speed layer over the whole topic, from a fresh checkpoint and tables."""
