@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from loglake.core.errors import PortInUseError, ProcessError
 from loglake.core.paths import jars, java_executable
-from loglake.core.processes import command_line, free_port, port_open
+from loglake.core.processes import command_line, free_port, port_open, started_on_free_port
 from loglake.kafka.security import write_private
 
 if TYPE_CHECKING:
@@ -101,16 +101,8 @@ class EmbeddedKafka:
         """A started broker on ports free right now (tests, benchmarks, soak). A free port can
         be taken by another process before the broker binds it: then again on fresh ones, up to
         ``attempts`` times. ``ports`` (an iterator of client ports) replaces the OS's choice."""
-        ports = ports if ports is not None else iter(free_port, None)
-        for attempt in range(1, attempts + 1):
-            kafka = cls(home, port=next(ports), heap=heap, security=security)
-            try:
-                kafka.start(timeout=timeout)
-                return kafka
-            except PortInUseError:
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")
+        return started_on_free_port(lambda port: cls(home, port=port, heap=heap, security=security),
+                                    lambda kafka: kafka.start(timeout=timeout), attempts, ports)
 
     @property
     def bootstrap(self) -> str:
@@ -403,6 +395,12 @@ class EmbeddedKafka:
             "share.coordinator.state.topic.min.isr": isr,
             # Consumers join at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
+            # The internal topics made on first use (group offsets, transactions) with 5 partitions,
+            # not 50: a development broker has few groups and producers, and each partition costs
+            # time when the topic is made. (It applies when a topic is made; one made before keeps
+            # its count, which the coordinators read from the metadata.)
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.num.partitions": "5",
         }
         if self.security is not None:
             props.update(self.security.server_properties(self.port, self.controller_port,

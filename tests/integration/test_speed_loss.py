@@ -8,10 +8,11 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
 
-from loglake.ops.audit import audit_dataset, format_audit
 from loglake.kafka.admin import admin, log_bounds
 from loglake.local.produce import produce
+from loglake.ops.audit import audit_dataset, format_audit
 from loglake.testing import run_loglake
+from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +21,7 @@ def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_aft
     config = make_config()
     ds = config.dataset("job_views")
     produce(config, ds, 1200, bad_fraction=0.05, seed=301)
-    r = run_loglake(config, "speed", "run", "job_views", "--available-now")
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_speed(spark, config, ds, available_now=True)  # the position to lose (the command runs below)
     # The position record in the consumer group follows the checkpoint asynchronously and may
     # not have arrived ("the final position is not recorded in Kafka yet"): the checkpoint, not
     # the group, is where a run resumes. Model that: the group's record is gone.

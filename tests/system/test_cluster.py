@@ -24,17 +24,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from loglake.local.cluster import LocalCluster
-from loglake.core.paths import REPO_ROOT
 from loglake.core.config import load_config
 from loglake.core.errors import PortInUseError
-from loglake.kafka.admin import admin, end_offsets, ensure_topic
-from loglake.jobs.launch import code_archive, job_env, spark_conf, spark_submit_bin
-from loglake.ledger.ranges import batch_watermarks
+from loglake.core.paths import REPO_ROOT
 from loglake.core.processes import alive, descendants, free_ports, wait_for
+from loglake.jobs.launch import code_archive, job_env, spark_conf, spark_submit_bin
+from loglake.kafka.admin import admin, end_offsets, ensure_topic
+from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.results import last_maintenance
+from loglake.local.cluster import LocalCluster
 from loglake.local.produce import produce
-from loglake.testing import caught_up, count_exactly_once, write_conf
 from loglake.speed.streams import SpeedStream
+from loglake.testing import caught_up, count_exactly_once, write_conf
+from tests.system.test_dags import covered
 
 pytestmark = pytest.mark.system
 
@@ -241,14 +243,20 @@ def test_airflow_runs_batch_and_maintenance_on_the_cluster(cluster, airflow_db):
                if any((Path(config.table_path(d, layer)) / "_delta_log").is_dir()
                       for layer in ("speed", "batch", "quarantine", "latest") if getattr(d.tables, layer))]
 
+    rows_before = covered(config, ds)
     before = _apps(LocalCluster(config))
     run = airflow_db.dags_test(config, "loglake_maintenance")
     assert run.returncode == 0 and run.state == "success", run.output[-4000:]
     ran = _apps(LocalCluster(config)) - before
     assert sorted(ran.elements()) == [f"loglake-maintenance-{name}" for name in written], ran
-    for name in written:
-        audit = loglake(env, "audit", name)
-        assert audit.returncode == 0, audit.stdout + audit.stderr
+    # Each dataset maintained, then audited (the DAG's own audit task); no row changed.
+    labels = {v["label"]: k[1] for k, v in run.tasks.items() if k[0] == "dataset.maintain"}
+    assert sorted(labels) == written, labels
+    for name, index in labels.items():
+        assert run.tasks["dataset.audit", index]["state"] == "success", (name, run.tasks)
+    ops = {(r["table"], r["operation"]) for r in last_maintenance(config, ds)}
+    assert ("batch.company_ceos", "optimize") in ops and ("batch.company_ceos", "vacuum") in ops, ops
+    assert covered(config, ds) == rows_before
 
 
 def test_down_leaves_no_process(cluster):

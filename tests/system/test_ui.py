@@ -79,16 +79,22 @@ def test_rest_login_lists_the_loglake_dags(airflow):
     assert status in (401, 403)
 
 
-def test_rest_rejects_invalid_backfill_params_naming_the_field(airflow):
+def test_rest_rejects_invalid_params_naming_the_field(airflow):
+    """A malformed Param is refused when the run is triggered: no run is made."""
     token = airflow.token()
-    wait_for(lambda: "loglake_backfill" in parsed_dags(airflow, token), 60, "loglake_backfill to be parsed")
-    status, body = api(airflow, "/api/v2/dags/loglake_backfill/dagRuns", token,
-                       {"logical_date": None, "conf": {"dataset": "nope"}})
-    assert status == 400, body
-    assert "dataset" in json.dumps(body)
-    status, body = api(airflow, "/api/v2/dags/loglake_backfill/dagRuns", token,
-                       {"logical_date": None, "conf": {"dataset": "job_views", "ranges": ["0:100"]}})
-    assert status == 400 and "ranges" in json.dumps(body), body
+    wait_for(lambda: {"loglake_backfill", "loglake_replay"} <= parsed_dags(airflow, token), 60,
+             "loglake_backfill and loglake_replay to be parsed")
+    for dag, conf, field in [
+        ("loglake_backfill", {"dataset": "nope"}, "dataset"),
+        ("loglake_backfill", {"dataset": "job_views", "ranges": ["0:100"]}, "ranges"),
+        ("loglake_backfill", {"dataset": "job_views", "ranges": ["-1:0-5"]}, "ranges"),
+        ("loglake_backfill", {"dataset": "job_views", "dry_run": "yes"}, "dry_run"),
+        ("loglake_replay", {"dataset": "job_views", "reason_code": "Out-Of-Domain"}, "reason_code"),
+    ]:
+        status, body = api(airflow, f"/api/v2/dags/{dag}/dagRuns", token, {"logical_date": None, "conf": conf})
+        assert status == 400 and field in json.dumps(body), (dag, conf, status, body)
+        status, runs = api(airflow, f"/api/v2/dags/{dag}/dagRuns", token)
+        assert status == 200 and runs["total_entries"] == 0, (dag, runs)
 
 
 def test_backfill_trigger_form_shows_the_loglake_fields(airflow):
