@@ -90,6 +90,14 @@ def _protobuf(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callab
 DECODERS = {"avro": _avro, "json-schema": _json, "protobuf": _protobuf}
 
 
+def _wire(column: str) -> tuple[Column, Column, Column]:
+    """The registry wire format of a binary column: (whether it is framed: the magic byte and
+    a 4-byte id at least; the schema id; the payload after them)."""
+    framed = (F.octet_length(column) >= 5) & (F.substring(column, 1, 1) == F.lit(bytes([0])))
+    return (framed, F.expr(f"cast(conv(hex(substr({column}, 2, 4)), 16, 10) as bigint)"),
+            F.expr(f"substr({column}, 6)"))
+
+
 def _key(ds: Dataset) -> Column:
     """The record key as text (what the key checks compare): the key as it is, or one in a
     registry format decoded with its own writer's schema (a primitive, or a record's one field).
@@ -99,9 +107,8 @@ def _key(ds: Dataset) -> Column:
         return F.col("key").cast("string")
     from pyspark.sql.avro.functions import from_avro
 
-    kid = F.expr("cast(conv(hex(substr(key, 2, 4)), 16, 10) as bigint)")
-    framed = (F.octet_length("key") >= 5) & (F.substring("key", 1, 1) == F.lit(bytes([0])))
-    payload, field = F.expr("substr(key, 6)"), schemas.key_field
+    framed, kid, payload = _wire("key")
+    field = schemas.key_field
     out = None
     for w in schemas.key_writers:
         if w.refused is not None:
@@ -121,15 +128,14 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     """The three projections of ``parse.validate`` for a registry-format dataset: the Kafka
     columns renamed, the value decoded, the fields and the reason."""
     schemas = ds.registry
+    framed, value_id, payload = _wire("value")
     base = [
         F.col("topic").alias("_topic"), F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         F.col("timestamp").alias("_kafka_timestamp"), "key", "value",
-        _key(ds).alias("_key"),
-        F.expr("cast(conv(hex(substr(value, 2, 4)), 16, 10) as bigint)").alias("_schema_id"),
+        _key(ds).alias("_key"), value_id.alias("_schema_id"),
     ]
     value, sid, key = F.col("value"), F.col("_schema_id"), F.col("_key")
-    framed = (F.octet_length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytes([0])))
-    decoded, failed = DECODERS[ds.format](ds, F.expr("substr(value, 6)"), sid)
+    decoded, failed = DECODERS[ds.format](ds, payload, sid)
     checked = ["*", F.when(framed, decoded).alias("_decoded")]
 
     value_null = value.isNull()
