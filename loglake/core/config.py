@@ -534,22 +534,52 @@ class KafkaSettings(_Strict):
         return [int(hp.rpartition(":")[2]) for hp in self.bootstrap_servers.split(",")]
 
 
+class ObjectStoreSettings(_Strict):
+    """The S3-compatible object store of an ``s3a://`` lake (docs/deployment/object-store.md).
+
+    Every writer commits to it with conditional writes (``If-None-Match: *``): Spark through
+    loglake's Delta log store, delta-rs by default, the dataset leases through loglake's own
+    compare-and-swap (``loglake.ledger.leases``). The store must honour them (AWS S3 does, and
+    so do versitygw, MinIO, Ceph RGW and R2)."""
+
+    endpoint: str | None = None          # http(s)://host:port; None: AWS S3 in ``region``
+    region: str = "us-east-1"
+    # An AWS shared-credentials file ([default] aws_access_key_id, aws_secret_access_key) that
+    # every process reads (drivers, executors, delta-rs, the leases); None: the AWS default chain.
+    credentials_file: str | None = None
+    path_style: bool = True              # http://endpoint/bucket/key (most S3-compatible stores)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+/?$", v):
+            raise ValueError(f"{v!r} is not an endpoint (expected http://host:port or https://host:port)")
+        return v.rstrip("/") if v else v
+
+
+def on_object_store(uri: str | None) -> bool:
+    """``uri`` names an S3 location (``s3a://`` for Spark, ``s3://`` for delta-rs)."""
+    return bool(uri) and uri.startswith(("s3a://", "s3://"))
+
+
 class LakeSettings(_Strict):
-    root: str | None = None         # default: <state>/lake; any Hadoop-compatible URI
-    checkpoints: str | None = None  # default: <state>/checkpoints
-    # Where the dataset leases live (one writer per dataset, ``loglake.ledger.leases``): a directory
-    # every writer and stream can flock, so a filesystem path. Default: <root>/_loglake_locks,
-    # which only a filesystem lake has; an object-store lake needs it set (a shared mount).
+    root: str | None = None         # default: <state>/lake; a directory, or s3a://bucket/prefix
+    checkpoints: str | None = None  # default: <state>/checkpoints; a directory, or s3a://…
+    object_store: ObjectStoreSettings | None = None  # an s3a:// root's store (default: AWS S3, default chain)
+    # Where the dataset leases live (one writer per dataset, ``loglake.ledger.leases``). Default:
+    # beside the tables (<root>/_loglake_locks), on the object store for an s3a:// root (taken
+    # there with conditional writes); a directory here keeps them on that filesystem (flock).
     locks: str | None = None
 
     @model_validator(mode="after")
-    def _locks_on_a_filesystem(self) -> "LakeSettings":
-        if self.locks is not None and "://" in self.locks and not self.locks.startswith("file:"):
-            raise KeyedValueError("locks", f"{self.locks!r} is not a filesystem path (expected a directory every "
-                                  "writer mounts: leases are taken with flock)")
-        if self.locks is None and self.root and "://" in self.root and not self.root.startswith("file:"):
-            raise KeyedValueError("locks", f"the lake root {self.root} is an object store: set lake.locks to a "
-                                  "directory every writer mounts (the dataset leases need a filesystem)")
+    def _locks_and_store(self) -> "LakeSettings":
+        if self.locks is not None and "://" in self.locks and not self.locks.startswith("file:") \
+                and not on_object_store(self.locks):
+            raise KeyedValueError("locks", f"{self.locks!r} is neither a directory nor an s3a:// location")
+        for key in ("root", "checkpoints"):
+            value = getattr(self, key)
+            if value and value.startswith("s3://"):
+                raise KeyedValueError(key, f"{value!r}: write s3a://{value[5:]} (Spark reaches S3 through S3A)")
         return self
 
 
@@ -697,8 +727,19 @@ class Config:
 
     @property
     def lock_root(self) -> str:
-        """Directory of the dataset leases (``lake.locks``, else beside the tables)."""
+        """Where the dataset leases live (``lake.locks``, else beside the tables): a directory,
+        or an ``s3a://`` location on the lake's object store."""
         return (self.profile.lake.locks or f"{self.lake_root.rstrip('/')}/_loglake_locks").removeprefix("file:")
+
+    @property
+    def object_store(self) -> ObjectStoreSettings | None:
+        """The object store the lake, its checkpoints or its leases are on (None: all on filesystems)."""
+        lake = self.profile.lake
+        if lake.object_store is not None:
+            return lake.object_store
+        if any(on_object_store(u) for u in (lake.root, lake.checkpoints, lake.locks)):
+            return ObjectStoreSettings()
+        return None
 
     @property
     def checkpoint_root(self) -> str:

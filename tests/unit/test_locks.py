@@ -131,19 +131,29 @@ def test_the_holder_renews_its_lease(config, monkeypatch):
         assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
 
 
-def test_an_object_store_lake_keeps_its_leases_on_the_shared_filesystem_it_names(tmp_path):
+def test_an_object_store_lake_keeps_its_leases_on_the_store_unless_a_directory_is_named(tmp_path):
     conf = write_conf(tmp_path, "localhost:9")
     profile = conf / "loglake.yaml"
     text = profile.read_text()
     profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake'}\n", 1))
-    with pytest.raises(ConfigError) as e:
-        load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.locks" and "object store" in str(e.value)
+    config = load_config(conf, home=tmp_path / "state")
+    assert config.lock_root == "s3a://bucket/lake/_loglake_locks"
+    assert config.object_store is not None and config.object_store.endpoint is None  # AWS S3, default chain
 
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake', locks: 's3a://bucket/l'}\n", 1))
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake', locks: 'hdfs://nn/l'}\n", 1))
     with pytest.raises(ConfigError) as e:
         load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.locks" and "not a filesystem path" in str(e.value)
+    assert e.value.key == "profiles.test.lake.locks" and "neither a directory nor an s3a:// location" in str(e.value)
+
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3://bucket/lake'}\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path / "state")
+    assert e.value.key == "profiles.test.lake.root" and "s3a://bucket/lake" in str(e.value)
+
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {object_store: {endpoint: 'minio:9000'}}\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path / "state")
+    assert e.value.key == "profiles.test.lake.object_store.endpoint" and "http://host:port" in str(e.value)
 
     shared = tmp_path / "shared-mount"
     profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {{root: 's3a://bucket/lake', locks: '{shared}'}}\n", 1))
