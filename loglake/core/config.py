@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from loglake.core import paths
+from loglake.core import objectstore, paths
 from loglake.core.contracts import PROVENANCE, SystemTable
 from loglake.core.errors import ConfigError, KeyedValueError, refusal_recorder
 from loglake.core.regex import java_incompatibility
@@ -557,11 +557,6 @@ class ObjectStoreSettings(_Strict):
         return v.rstrip("/") if v else v
 
 
-def on_object_store(uri: str | None) -> bool:
-    """``uri`` names an S3 location (``s3a://`` for Spark, ``s3://`` for delta-rs)."""
-    return bool(uri) and uri.startswith(("s3a://", "s3://"))
-
-
 class LakeSettings(_Strict):
     root: str | None = None         # default: <state>/lake; a directory, or s3a://bucket/prefix
     checkpoints: str | None = None  # default: <state>/checkpoints; a directory, or s3a://…
@@ -574,7 +569,7 @@ class LakeSettings(_Strict):
     @model_validator(mode="after")
     def _locks_and_store(self) -> "LakeSettings":
         if self.locks is not None and "://" in self.locks and not self.locks.startswith("file:") \
-                and not on_object_store(self.locks):
+                and not objectstore.is_remote(self.locks):
             raise KeyedValueError("locks", f"{self.locks!r} is neither a directory nor an s3a:// location")
         for key in ("root", "checkpoints"):
             value = getattr(self, key)
@@ -707,6 +702,8 @@ class Config:
         self.conf_dir = conf_dir
         # Profile key (``kafka.security.password``) → the environment variable its value came from.
         self.env_refs = env_refs or {}
+        # delta-rs and the leases find an s3a:// lake's store by its bucket (loglake.core.objectstore).
+        objectstore.register(self)
 
     @property
     def kafka(self) -> KafkaSettings:
@@ -737,7 +734,7 @@ class Config:
         lake = self.profile.lake
         if lake.object_store is not None:
             return lake.object_store
-        if any(on_object_store(u) for u in (lake.root, lake.checkpoints, lake.locks)):
+        if any(objectstore.is_remote(u) for u in (lake.root, lake.checkpoints, lake.locks)):
             return ObjectStoreSettings()
         return None
 

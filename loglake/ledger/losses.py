@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import LEDGER
 from loglake.core.errors import ParamError
+from loglake.core.objectstore import delta_location
 from loglake.kafka.admin import dataset_bounds, group_offsets
 from loglake.ledger.leases import writer
 from loglake.ledger.ranges import batch_watermarks, ledger_path
@@ -130,4 +131,5 @@ def _append_lost(config: Config, ds: Dataset, losses: list[Loss], reason: str, r
              "committed_at": now, "batch_version": None, "quarantine_version": None, "reason": reason,
              "recorded_by": recorded_by} for loss in losses]
     table = pa.Table.from_pylist(rows, schema=LEDGER.contract.arrow_schema())
-    write_deltalake(ledger_path(config).replace("s3a://", "s3://"), table, mode="append", schema_mode="merge")
+    uri, options = delta_location(ledger_path(config))
+    write_deltalake(uri, table, mode="append", schema_mode="merge", storage_options=options)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from loglake.core.config import Config, Dataset
+from loglake.core.objectstore import delta_location
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def staging_root(config: Config, ds: Dataset, run_id: str) -> str:
 def _is_delta(path: str) -> bool:
     from deltalake import DeltaTable  # deferred: heavy, kept off the start of the CLI and of DAG parsing
 
-    return DeltaTable.is_deltatable(path.replace("s3a://", "s3://"))
+    return DeltaTable.is_deltatable(*delta_location(path))
 
 
 def existing_tables(config: Config, ds: Dataset) -> list[TableRef]:
@@ -78,7 +79,8 @@ def open_table(path: str, version: int | None = None):
     )
 
     try:
-        return DeltaTable(path.replace("s3a://", "s3://"), version=version)
+        uri, options = delta_location(path)
+        return DeltaTable(uri, version=version, storage_options=options)
     except TableNotFoundError:
         return None
 

@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import AUDIT_RESULTS
 from loglake.core.errors import KafkaUnavailableError
+from loglake.core.objectstore import delta_location
 from loglake.kafka.admin import group_offsets, log_bounds
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.ledger.leases import holders
@@ -435,10 +436,10 @@ def write_results(config: Config, result: AuditResult, audited_at: datetime) -> 
         "sample_missing": r.describe_missing, "sample_duplicated": r.describe_duplicated,
         "sample_unexpected": r.describe_unexpected,
     } for r in result.partitions]
-    path = config.system_table_path(AUDIT_RESULTS).replace("s3a://", "s3://")
+    path, options = delta_location(config.system_table_path(AUDIT_RESULTS))
     # merge: a table an older loglake made gains the columns the contract added since.
     write_deltalake(path, pa.Table.from_pylist(rows, schema=AUDIT_RESULTS.contract.arrow_schema()), mode="append",
-                    schema_mode="merge")
+                    schema_mode="merge", storage_options=options)
 
 
 def _verdict(rows: list[AuditRow]) -> str:

@@ -1,0 +1,224 @@
+"""The object store of an ``s3a://`` lake, as loglake's Python side reaches it.
+
+Three readers and writers meet there besides Spark (whose S3A settings and Delta log store
+``loglake.jobs.launch.spark_conf`` derives from the same ``lake.object_store`` block):
+
+- delta-rs (``loglake.ledger.tables.open_table``, the ledger and audit writes) gets the
+  location as ``s3://`` and the store's options (``delta_location``). It commits with
+  ``If-None-Match: *`` (object_store's conditional put, on by default), as Spark does through
+  ``io.loglake.storage.S3ConditionalLogStore``: two writers never both create one version.
+- the dataset leases (``loglake.ledger.leases``) are small JSON objects changed by
+  compare-and-swap (``get_json`` / ``put_json``: ``If-None-Match: *`` to create one,
+  ``If-Match: <etag>`` to change it), so taking, renewing and breaking a lease is atomic
+  on the store itself, with no filesystem shared between hosts.
+- the speed checkpoint's files (``loglake.ledger.snapshots``: which micro-batch finished).
+
+The settings of each bucket are registered when a profile is loaded (``register``), so a
+function given only a path (``open_table(path)``) finds its store's endpoint and credentials.
+Credentials come from the profile's ``credentials_file`` (an AWS shared-credentials file every
+process reads), else from the AWS default chain (environment, ``~/.aws``, instance roles).
+"""
+
+from __future__ import annotations
+
+import configparser
+import functools
+import json
+import threading
+from datetime import timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from loglake.core.errors import ConfigError
+
+_lock = threading.Lock()
+_BUCKETS: dict[str, Any] = {}  # bucket -> ObjectStoreSettings
+# Unset: a store that answers slowly is retried, not hung on (botocore's defaults are 60 s).
+_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 30}
+
+
+def is_remote(uri: str | None) -> bool:
+    """``uri`` names an S3 location (``s3a://`` for Spark, ``s3://`` for delta-rs)."""
+    return bool(uri) and uri.startswith(("s3a://", "s3://"))
+
+
+def split(uri: str) -> tuple[str, str]:
+    """(bucket, key) of ``s3a://bucket/key`` or ``s3://bucket/key``."""
+    rest = uri.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def register(config) -> None:
+    """Remember the store settings of every bucket ``config``'s lake uses (called on load)."""
+    store = config.object_store
+    if store is None:
+        return
+    lake = config.profile.lake
+    with _lock:
+        for uri in (config.lake_root, config.checkpoint_root, lake.locks):
+            if is_remote(uri):
+                _BUCKETS[split(uri)[0]] = store
+
+
+# A bucket no loaded profile named: AWS S3 through the default chain (ObjectStoreSettings' defaults).
+_AWS = SimpleNamespace(endpoint=None, region="us-east-1", credentials_file=None, path_style=True)
+
+
+def settings_for(uri: str):
+    with _lock:
+        return _BUCKETS.get(split(uri)[0]) or _AWS
+
+
+def _keys(credentials_file: str) -> tuple[str, str, str | None]:
+    try:
+        stamp = Path(credentials_file).stat().st_mtime_ns  # a rotated file is read again
+    except OSError:
+        stamp = None
+    return _read_keys(credentials_file, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_keys(credentials_file: str, _stamp: int | None) -> tuple[str, str, str | None]:
+    parser = configparser.ConfigParser()
+    try:
+        with open(credentials_file) as f:
+            parser.read_file(f)
+        section = parser["default"]
+        return (section["aws_access_key_id"].strip(), section["aws_secret_access_key"].strip(),
+                section.get("aws_session_token"))
+    except (OSError, KeyError, configparser.Error) as e:
+        raise ConfigError(f"cannot read the object store's credentials from {credentials_file} ({e}): expected an "
+                          "AWS shared-credentials file with a [default] section holding aws_access_key_id and "
+                          "aws_secret_access_key", key="lake.object_store.credentials_file") from None
+
+
+def storage_options(store) -> dict[str, str]:
+    """delta-rs' (object_store's) options for ``store`` (an ``ObjectStoreSettings``)."""
+    opts = {"AWS_REGION": store.region, "conditional_put": "etag"}
+    if store.endpoint:
+        opts["AWS_ENDPOINT_URL"] = store.endpoint
+        if store.endpoint.startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+    opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false" if store.path_style else "true"
+    if store.credentials_file:
+        key, secret, token = _keys(store.credentials_file)
+        opts.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        if token:
+            opts["AWS_SESSION_TOKEN"] = token
+    return opts
+
+
+def delta_location(path: str) -> tuple[str, dict[str, str] | None]:
+    """What delta-rs is given for the table at ``path``: ``s3://`` and its store's options, or the path."""
+    if not is_remote(path):
+        return path, None
+    return "s3://" + path.split("://", 1)[1], storage_options(settings_for(path))
+
+
+def _identity(store) -> tuple:
+    keys = _keys(store.credentials_file) if store.credentials_file else None
+    return store.endpoint, store.region, store.path_style, keys
+
+
+@functools.lru_cache(maxsize=8)
+def _client(identity: tuple):
+    import boto3  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from botocore.config import Config as BotoConfig
+
+    endpoint, region, path_style, keys = identity
+    kwargs: dict[str, Any] = {"region_name": region}
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    if keys:
+        kwargs.update(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], aws_session_token=keys[2])
+    conf = BotoConfig(s3={"addressing_style": "path" if path_style else "virtual"},
+                      retries={"mode": "standard", "max_attempts": 5}, **_TIMEOUTS)
+    return boto3.session.Session().client("s3", config=conf, **kwargs)
+
+
+def client(uri: str):
+    """A boto3 S3 client for the store ``uri`` is on (one per store and process)."""
+    return _client(_identity(settings_for(uri)))
+
+
+def _status(error) -> int:
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _missing(error) -> bool:
+    return _status(error) == 404 or error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
+
+
+def get_json(uri: str) -> tuple[dict | None, str | None]:
+    """(the JSON object at ``uri``, its ETag), or (None, None) when there is none."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(uri)
+    try:
+        got = client(uri).get_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if _missing(e):
+            return None, None
+        raise
+    body = got["Body"].read()
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    return (value if isinstance(value, dict) else None), got["ETag"]
+
+
+def put_json(uri: str, value: dict, etag: str | None) -> str | None:
+    """Write ``value`` at ``uri`` only if the object is still as read: absent (``etag`` None,
+    ``If-None-Match: *``) or unchanged (``If-Match: etag``). Its new ETag, or None when another
+    writer changed it first (412, or 409: a concurrent conditional write; either way, read again)."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(uri)
+    cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+    try:
+        put = client(uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
+                                     ContentType="application/json", **cond)
+    except ClientError as e:
+        if _status(e) in (409, 412) or (etag is not None and _missing(e)):
+            return None
+        raise
+    return put["ETag"]
+
+
+def delete(uri: str) -> None:
+    bucket, key = split(uri)
+    client(uri).delete_object(Bucket=bucket, Key=key)
+
+
+def read_text(uri: str) -> str:
+    """The text at ``uri`` (a local path or an object); ``FileNotFoundError`` when there is none."""
+    if not is_remote(uri):
+        return Path(uri.removeprefix("file://").removeprefix("file:")).read_text()
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(uri)
+    try:
+        return client(uri).get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    except ClientError as e:
+        if _missing(e):
+            raise FileNotFoundError(uri) from None
+        raise
+
+
+def modified_ms(uri: str) -> float:
+    """When the file or object at ``uri`` was last written (ms since the epoch); ``FileNotFoundError``."""
+    if not is_remote(uri):
+        return Path(uri.removeprefix("file://").removeprefix("file:")).stat().st_mtime * 1000
+    from botocore.exceptions import ClientError
+
+    bucket, key = split(uri)
+    try:
+        head = client(uri).head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if _missing(e):
+            raise FileNotFoundError(uri) from None
+        raise
+    return head["LastModified"].astimezone(timezone.utc).timestamp() * 1000
