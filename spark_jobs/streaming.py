@@ -25,7 +25,7 @@ from loglake.core.errors import DataLossError
 from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.jobs.summaries import SpeedSummary
 from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
-from loglake.ledger.leases import stream_lease, wait_while_paused
+from loglake.ledger.leases import StreamLease, stream_lease, wait_while_paused
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
@@ -50,7 +50,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     one once, in order, and one query runs per checkpoint: ``run_speed`` holds the dataset's
     ``stream_lease``): the others neither read the tables' logs for it nor ask Delta to check
     their transaction id, which costs a reconstruction of the table's state per commit
-    (``delta_io.append_idempotent``). Each commit records (stream, batch) and
+    (``delta_io.append_idempotent``) — unless the stream is not sure of its lease (an object
+    store's lease not renewed lately, ``leases.StreamLease``): then they are checked too. Each commit records (stream, batch) and
     ``schema_version`` (the version of the dataset's schema it validated under).
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
@@ -282,8 +283,10 @@ class _PositionRecorder(StreamingQueryListener):
 
 
 def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool = False,
-                 topic: str | None = None, progress_file: Path | None = None) -> tuple[StreamingQuery, _PositionRecorder]:
-    """Start the speed stream of ``ds``; returns the query and its position recorder."""
+                 topic: str | None = None, progress_file: Path | None = None,
+                 lease: StreamLease | None = None) -> tuple[StreamingQuery, _PositionRecorder]:
+    """Start the speed stream of ``ds``; returns the query and its position recorder. ``lease``:
+    the stream's (``run_speed``); without one every micro-batch asks Delta to check its transaction."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
     if topic == ds.topic:
@@ -327,8 +330,10 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
                 now["ds"] = resolved
         # Small: the previous micro-batch was (the next one is much like it at a steady rate).
         small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
+        # Unchecked only while this stream surely holds its lease (leases.StreamLease).
+        sure = lease is not None and lease.sure()
         process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
-                      now["schema_version"], topic, replay_possible=first, small=small)
+                      now["schema_version"], topic, replay_possible=first or not sure, small=small)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)
@@ -384,14 +389,15 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
               topic: str | None = None, progress_file: Path | None = None) -> dict | None:
     """Run the speed stream until it ends (available-now) or is stopped; return last progress.
     Holds the dataset's ``stream_lease`` meanwhile (another stream of it: ``StreamRunningError``)."""
-    with stream_lease(config, ds.name):
-        return _run_speed(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file)
+    with stream_lease(config, ds.name) as lease:
+        return _run_speed(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file,
+                          lease=lease)
 
 
 def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool, topic: str | None,
-               progress_file: Path | None) -> dict | None:
+               progress_file: Path | None, lease: StreamLease) -> dict | None:
     query, recorder = start_stream(spark, config, ds, available_now=available_now, topic=topic,
-                                   progress_file=progress_file)
+                                   progress_file=progress_file, lease=lease)
 
     def stop(signum, frame):
         # Not query.stop() here: the handler runs on the main thread, which is inside a Py4J

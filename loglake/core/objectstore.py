@@ -188,6 +188,12 @@ def put_json(uri: str, value: dict, etag: str | None) -> str | None:
     return put["ETag"]
 
 
+def write_json(uri: str, value: dict) -> None:
+    """Write ``value`` at ``uri`` whatever is there."""
+    bucket, key = split(uri)
+    client(uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
+
+
 def delete(uri: str) -> None:
     bucket, key = split(uri)
     client(uri).delete_object(Bucket=bucket, Key=key)

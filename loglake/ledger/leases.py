@@ -2,12 +2,10 @@
 commands take before they write a dataset's tables, so they take turns instead of
 failing each other's Delta commits.
 
-The lease is a small JSON file per dataset in ``lake.locks`` (default: ``_loglake_locks/``
-under a filesystem lake root; an object-store lake names a shared mount there):
-holder (operation, run id), host, pid, token, when it was taken and until when it holds.
-Reading and changing it happens under an exclusive ``flock`` of a guard file beside it,
-so taking, renewing, breaking and releasing are atomic on a filesystem shared by every
-writer (one machine, or a shared mount). The holder renews the lease from a thread every
+The lease is a small JSON record per dataset (``Where the leases live`` below): holder
+(operation, run id), host, pid, token, when it was taken and until when it holds. It is only
+ever changed by compare-and-swap, so taking, renewing, breaking and releasing are atomic
+for every writer that sees the record. The holder renews the lease from a thread every
 few seconds; a holder that crashed stops renewing and its lease is broken once expired —
 at once when it ran on this host and its pid is gone. A crashed holder never blocks for
 ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
@@ -27,8 +25,11 @@ its next micro-batch (``wait_while_paused``) until the request is gone, expired,
 holder died. A batch the stream had already begun still lands; the commit it fails is
 retried, and by then the stream waits.
 
-An object-store lake root keeps its leases on a filesystem all writers mount
-(``lake.locks``): flock needs one.
+Where the leases live: beside the tables. On a filesystem (one machine, or a mount every writer
+shares) each record is changed under an ``flock``; on an object store (an ``s3a://`` lake) by
+compare-and-swap on the store itself (``If-None-Match``/``If-Match``, ``loglake.core.objectstore``):
+the store arbitrates, so writers on different hosts need no shared filesystem and no lock service.
+The same conditional writes make every Delta commit safe (``S3ConditionalLogStore``, delta-rs).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Iterator
 
 import psutil
 
+from loglake.core import objectstore
 from loglake.core.errors import JobCancelled, StreamRunningError, WriterBusyError, describe_holder
 
 TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
@@ -62,7 +64,7 @@ _TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("loglake_loc
 
 
 def lock_dir(config) -> Path:
-    """``lake.locks``: a filesystem every writer shares (beside the tables by default)."""
+    """``lake.locks`` as a directory (a filesystem lake's leases)."""
     return Path(config.lock_root)
 
 
@@ -90,14 +92,14 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class DatasetLock:
-    """The lease of one dataset."""
+class _FileSlot:
+    """A lease record in a file, changed by compare-and-swap under an ``flock`` of a guard file
+    beside it (one machine, or a filesystem every writer mounts)."""
 
-    def __init__(self, config, dataset: str):
-        self.dataset = dataset
-        self.dir = lock_dir(config)
-        self.path = self.dir / f"{dataset}.json"
-        self.guard = self.dir / f"{dataset}.guard"
+    def __init__(self, directory: Path, name: str):
+        self.dir = directory
+        self.path = directory / f"{name}.json"
+        self.guard = directory / f"{name}.guard"
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:
@@ -109,16 +111,76 @@ class DatasetLock:
             finally:
                 fcntl.flock(g, fcntl.LOCK_UN)
 
-    def _read(self) -> dict | None:
+    def _text(self) -> str | None:
         try:
-            return json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
+            return self.path.read_text()
+        except FileNotFoundError:
             return None
 
-    def _write(self, holder: dict) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(holder))
-        tmp.replace(self.path)
+    def read(self) -> tuple[dict | None, str | None]:
+        """(the record, its version: the text itself), or (None, None)."""
+        with self._guarded():
+            text = self._text()
+        return _parse(text), text
+
+    def swap(self, value: dict | None, version: str | None) -> bool:
+        """Replace the record read as ``version`` by ``value`` (None: remove it); False when it changed since."""
+        with self._guarded():
+            if self._text() != version:
+                return False
+            if value is None:
+                self.path.unlink(missing_ok=True)
+            else:
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(value))
+                tmp.replace(self.path)
+            return True
+
+
+class _ObjectSlot:
+    """A lease record as an object on the lake's store, changed by compare-and-swap: created with
+    ``If-None-Match: *``, replaced with ``If-Match: <etag>`` (the store arbitrates; no host's lock)."""
+
+    def __init__(self, root: str, name: str):
+        self.uri = f"{root.rstrip('/')}/{name}.json"
+
+    def read(self) -> tuple[dict | None, str | None]:
+        value, etag = objectstore.get_json(self.uri)
+        return (value if value and value.get("token") else None), etag
+
+    def swap(self, value: dict | None, version: str | None) -> bool:
+        # Freed by a record with no holder (a conditional delete is not in every store's API).
+        return objectstore.put_json(self.uri, value or {"released_at": _iso(_now())}, version) is not None
+
+
+def _parse(text: str | None) -> dict | None:
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _slot(config, name: str) -> _FileSlot | _ObjectSlot:
+    root = config.lock_root
+    return _ObjectSlot(root, name) if objectstore.is_remote(root) else _FileSlot(Path(root), name)
+
+
+class DatasetLock:
+    """The lease of one dataset (``kind`` "writer"), or of its speed stream on an object-store lake
+    (``kind`` "stream")."""
+
+    def __init__(self, config, dataset: str, kind: str = "writer"):
+        self.dataset = dataset
+        self.slot = _slot(config, dataset if kind == "writer" else f"{dataset}.{kind}")
+
+    @property
+    def path(self) -> Path:  # a filesystem lease's file
+        return self.slot.path
+
+    @property
+    def dir(self) -> Path:
+        return self.slot.dir
 
     @staticmethod
     def stale(holder: dict, now: float | None = None) -> bool:
@@ -131,43 +193,44 @@ class DatasetLock:
 
     def holder(self) -> dict | None:
         """The live holder, or None (a stale lease counts as free)."""
-        with self._guarded():
-            held = self._read()
+        held, _version = self.slot.read()
         return None if held is None or self.stale(held) else held
 
     def try_acquire(self, operation: str, run_id: str | None = None,
                     token: str | None = None) -> tuple[str | None, dict | None, bool]:
         """(token, None, nested): taken, or already held under ``token`` (nested: by a parent);
         (None, holder, False): someone else holds it."""
-        with self._guarded():
-            held = self._read()
+        while True:
+            held, version = self.slot.read()
             if held is not None and not self.stale(held):
                 if token and held.get("token") == token:
                     return token, None, True
                 return None, held, False
-            token = uuid.uuid4().hex
+            mine = uuid.uuid4().hex
             now = _now()
-            self._write({"dataset": self.dataset, "operation": operation, "run_id": run_id, "token": token,
-                         "host": socket.gethostname(), "pid": os.getpid(), "created": _created(os.getpid()),
-                         "acquired_at": _iso(now),
-                         "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)})
-            return token, None, False
+            if self.slot.swap({"dataset": self.dataset, "operation": operation, "run_id": run_id, "token": mine,
+                               "host": socket.gethostname(), "pid": os.getpid(), "created": _created(os.getpid()),
+                               "acquired_at": _iso(now),
+                               "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)}, version):
+                return mine, None, False
+            # Another writer changed it between our read and our write: read again.
 
     def renew(self, token: str) -> bool:
-        with self._guarded():
-            held = self._read()
+        """Extend the lease held under ``token``; False when it is no longer ours (taken after it expired)."""
+        while True:
+            held, version = self.slot.read()
             if held is None or held.get("token") != token:
                 return False
             now = _now()
             held.update(expires=now + TTL_SECONDS, expires_at=_iso(now + TTL_SECONDS))
-            self._write(held)
-            return True
+            if self.slot.swap(held, version):
+                return True
 
     def release(self, token: str) -> None:
-        with self._guarded():
-            held = self._read()
-            if held is not None and held.get("token") == token:
-                self.path.unlink(missing_ok=True)
+        while True:
+            held, version = self.slot.read()
+            if held is None or held.get("token") != token or self.slot.swap(None, version):
+                return
 
 
 def current_token() -> str | None:
@@ -243,12 +306,46 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
         lock.release(token)
 
 
+# A stream appends without Delta's transaction check only while its lease is surely its own:
+# renewed less than TTL - SURE_MARGIN ago (an object-store lease; see StreamLease).
+SURE_MARGIN_SECONDS = 30.0
+
+
+class StreamLease:
+    """What a speed stream knows of its lease while it runs.
+
+    On a filesystem the kernel holds the ``flock`` for the process, however it ends: always
+    ``sure``. On an object store the lease is a record the stream renews (every
+    ``RENEW_SECONDS``, for ``TTL_SECONDS``); another stream takes it only once it expired. So
+    ``sure()`` holds while the last renewal is recent enough that the lease cannot have expired
+    during the commit about to be made; otherwise the stream asks Delta to check its
+    transaction id (``spark_jobs.streaming.process_batch``): a micro-batch another stream
+    also wrote is then skipped, not appended twice. A renewal that finds the lease taken
+    (this stream was cut off longer than its life) stops the stream: ``StreamRunningError``."""
+
+    def __init__(self, dataset: str, renewing: bool = False):
+        self.dataset = dataset
+        self.renewing = renewing
+        self.renewed = time.monotonic()
+        self.lost: str | None = None
+
+    def sure(self) -> bool:
+        if self.lost is not None:
+            raise StreamRunningError(self.dataset, self.lost)
+        return not self.renewing or time.monotonic() - self.renewed < TTL_SECONDS - SURE_MARGIN_SECONDS
+
+
 @contextmanager
-def stream_lease(config, dataset: str) -> Iterator[None]:
+def stream_lease(config, dataset: str) -> Iterator[StreamLease]:
     """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError`` at once:
     one stream per dataset (its micro-batches after the first are appended without Delta's
-    transaction check, ``spark_jobs.streaming.process_batch``). An ``flock`` on a file of
-    ``lake.locks``: the kernel lets go when the holder's process ends, however it ends."""
+    transaction check, ``spark_jobs.streaming.process_batch``). On a filesystem, an ``flock`` on
+    a file of ``lake.locks``: the kernel lets go when the holder's process ends, however it ends.
+    On an object store, a renewed lease record (``StreamLease``)."""
+    if objectstore.is_remote(config.lock_root):
+        with _stream_lease_on_store(config, dataset) as lease:
+            yield lease
+        return
     directory = lock_dir(config)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{dataset}.stream"
@@ -263,11 +360,45 @@ def stream_lease(config, dataset: str) -> Iterator[None]:
         f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {_iso(_now())}")
         f.flush()
         try:
-            yield
+            yield StreamLease(dataset)
         finally:
             f.seek(0)
             f.truncate()
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _stream_lease_on_store(config, dataset: str) -> Iterator[StreamLease]:
+    lock = DatasetLock(config, dataset, "stream")
+    token, held, _nested = lock.try_acquire("speed stream")
+    if token is None:
+        raise StreamRunningError(dataset, describe_holder(held))
+    lease = StreamLease(dataset, renewing=True)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_SECONDS):
+            asked = time.monotonic()
+            try:
+                ours = lock.renew(token)
+            except Exception as e:  # the store unreachable: not sure any more once the margin is gone
+                print(f"loglake: speed {dataset}: could not renew the stream's lease ({e}); retrying",
+                      file=sys.stderr, flush=True)
+                continue
+            if not ours:
+                taken = lock.holder()
+                lease.lost = describe_holder(taken) if taken else "its lease expired and was taken"
+                return
+            lease.renewed = asked
+
+    thread = threading.Thread(target=renew, name=f"loglake-stream-lease-{dataset}", daemon=True)
+    thread.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        thread.join(timeout=RENEW_SECONDS)
+        lock.release(token)
 
 
 def holders(config, datasets) -> dict[str, dict]:
@@ -287,36 +418,43 @@ def holders(config, datasets) -> dict[str, dict]:
 PAUSE_TTL_SECONDS = 900.0
 
 
-def _pause_path(config, dataset: str) -> Path:
-    return lock_dir(config) / f"{dataset}.pause-appends.json"
+def _pause_location(config, dataset: str) -> str:
+    return f"{config.lock_root.rstrip('/')}/{dataset}.pause-appends.json"
 
 
 @contextmanager
 def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECONDS) -> Iterator[None]:
     """Ask the speed stream of ``dataset`` to hold its appends while the block runs (see the
     module's docstring). Only the dataset's writer (the lease holder) asks."""
-    path = _pause_path(config, dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    where = _pause_location(config, dataset)
     now = _now()
     request = {"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
                "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
                "expires_at": _iso(now + ttl)}
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(request))
-    tmp.replace(path)
+    if objectstore.is_remote(where):
+        objectstore.write_json(where, request)
+    else:
+        path = Path(where)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(request))
+        tmp.replace(path)
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)
+        if objectstore.is_remote(where):
+            objectstore.delete(where)
+        else:
+            Path(where).unlink(missing_ok=True)
 
 
 def appends_pause(config, dataset: str) -> dict | None:
     """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
     try:
-        request = json.loads(_pause_path(config, dataset).read_text())
-    except (FileNotFoundError, ValueError):
+        request = _parse(objectstore.read_text(_pause_location(config, dataset)))
+    except FileNotFoundError:
         return None
-    return None if DatasetLock.stale(request) else request
+    return None if request is None or DatasetLock.stale(request) else request
 
 
 def wait_while_paused(config, dataset: str, poll: float = 0.2) -> tuple[float, dict | None]:

@@ -24,14 +24,14 @@ its valid rows to the speed table, then (when it has some) its quarantined rows 
 quarantine table, then (a changelog) its MERGE into the latest state, each a Delta commit
 tagged with the stream's transaction id and the batch id (``spark_jobs/speed.py``: in the
 commit's ``userMetadata``, ``stream_commits`` reads them; Delta's own SetTransaction record
-only on a query's first micro-batch, where Delta checks it, see ``spark_jobs.delta_io``). A reader
+only where Delta checks it (a query's first micro-batch, or one whose stream is not sure of its lease), see ``spark_jobs.delta_io``). A reader
 pinning between two of those commits would see a batch's rows without its quarantined
 offsets. So step 1 pins the speed table, takes the newest batch b it holds, and keeps b only
 if the stream has finished it (its checkpoint's commit log holds b: every part of b is
 committed), else b - 1 (b started only after b - 1 finished); each speed-side table is then
 pinned at its newest version holding no batch after that one. Older versions only hold more
-rows below any watermark, so the order above stays safe. (A checkpoint that is not on a
-filesystem is not read here: the speed-side tables are then pinned at their current versions.)
+rows below any watermark, so the order above stays safe. The checkpoint is read where it is:
+a directory, or the lake's object store (an ``s3a://`` checkpoint root).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from loglake.core import objectstore
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import KafkaUnavailableError
 from loglake.kafka.admin import list_topics, log_bounds
@@ -98,32 +98,25 @@ def speed_txn_app(ds: Dataset, stream_id: str) -> str:
     return f"loglake-speed-{ds.name}-{stream_id}"
 
 
-def _local(uri: str) -> Path | None:
-    if "://" in uri and not uri.startswith("file:"):
-        return None
-    return Path(uri.removeprefix("file://").removeprefix("file:"))
-
-
-def _stream(config: Config, ds: Dataset) -> tuple[str, Path] | None:
-    """(transaction id, checkpoint directory) of the speed stream; None without a readable checkpoint."""
-    checkpoint = _local(config.checkpoint_path(ds))
-    if checkpoint is None:
-        return None
+def _stream(config: Config, ds: Dataset) -> tuple[str, str] | None:
+    """(transaction id, checkpoint location) of the speed stream; None without a readable checkpoint.
+    The checkpoint may be a directory or on the lake's object store (``loglake.core.objectstore``)."""
+    checkpoint = config.checkpoint_path(ds).removeprefix("file://").removeprefix("file:").rstrip("/")
     try:
-        meta = json.loads((checkpoint / "metadata").read_text().splitlines()[0])
+        meta = json.loads(objectstore.read_text(f"{checkpoint}/metadata").splitlines()[0])
         return speed_txn_app(ds, meta["id"]), checkpoint
     except (OSError, ValueError, KeyError, IndexError):
         return None
 
 
-def _finished(checkpoint: Path, batch_id: int, as_of_ms: int | None) -> bool:
+def _finished(checkpoint: str, batch_id: int, as_of_ms: int | None) -> bool:
     """Whether the stream finished micro-batch ``batch_id`` (by ``as_of_ms``): Spark records a
     batch in the checkpoint's commit log only after all of its writes returned."""
     try:
-        done = (checkpoint / "commits" / str(batch_id)).stat()
+        done_ms = objectstore.modified_ms(f"{checkpoint}/commits/{batch_id}")
     except OSError:
         return False
-    return as_of_ms is None or done.st_mtime * 1000 <= as_of_ms
+    return as_of_ms is None or done_ms <= as_of_ms
 
 
 # The commit metadata (``userMetadata``, JSON) naming the stream and micro-batch of a commit.
