@@ -7,7 +7,9 @@ Layout::
 
 Every error names the file and the key, says what was expected, and is raised at load:
 nothing downstream re-checks. ``${ENV_VAR}`` in a value is replaced from the
-environment (for secrets); an unset variable is an error, never an empty string.
+environment, ``${file:/path}`` by the file's content (secrets: a file the process reads, as
+Docker and Kubernetes mount them); an unset variable or an unreadable file is an error, never
+an empty string.
 Only the selected profile is expanded, so the cluster profile's variables need not be
 set to run locally.
 """
@@ -39,6 +41,9 @@ Format = Literal["json", "avro", "protobuf", "json-schema"]
 REGISTRY_FORMATS = ("avro", "protobuf", "json-schema")
 LAYERS = ("speed", "batch", "quarantine", "latest")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# ``${file:/run/secrets/kafka_password}``: the file's content (a secret the process reads where it
+# runs, as Kafka's and Docker's secrets are given, rather than an environment variable every child inherits).
+_FILE_REF = re.compile(r"\$\{file:([^}]+)\}")
 _TRANSFORM_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:function
 _TRANSFORM_FILE = re.compile(r"^(?P<file>.+\.py):(?P<func>[A-Za-z_]\w*)$")  # /path/to/file.py:function
 _TABLE_NAME = re.compile(r"^(speed|batch|quarantine)\.[A-Za-z_]\w*$")
@@ -833,7 +838,14 @@ def _expand_env(value: Any, file: str, key: str) -> Any:
                 raise ConfigError(f"environment variable {name} is not set (referenced as ${{{name}}})",
                                   file=file, key=key)
             return os.environ[name]
-        return _ENV_REF.sub(sub, value)
+
+        def read(m: re.Match) -> str:
+            try:
+                return Path(m.group(1)).read_text().rstrip("\r\n")
+            except OSError as e:
+                raise ConfigError(f"cannot read {m.group(1)} (referenced as ${{file:{m.group(1)}}}): "
+                                  f"{e.strerror or e}", file=file, key=key) from None
+        return _FILE_REF.sub(read, _ENV_REF.sub(sub, value))
     return value
 
 
@@ -860,10 +872,11 @@ def _check_secrets_referenced(raw: dict, file: str, prefix: str) -> None:
             value = value.get(part) if isinstance(value, dict) else None
         if value is None:
             continue
-        if not isinstance(value, str) or not _ENV_REF.search(value):
+        if not isinstance(value, str) or not (_ENV_REF.search(value) or _FILE_REF.search(value)):
             example = "LOGLAKE_" + "_".join(p for p in dotted.split(".") if p != "security").upper()
-            raise ConfigError(f"a secret is written into conf/: reference an environment variable instead "
-                              f"(e.g. ${{{example}}}); conf/ is committed, the environment is not",
+            raise ConfigError(f"a secret is written into conf/: reference an environment variable or a file "
+                              f"instead (e.g. ${{{example}}} or ${{file:/run/secrets/…}}); conf/ is committed, "
+                              f"the environment and the secret files are not",
                               file=file, key=f"{prefix}.{dotted}")
 
 

@@ -78,6 +78,20 @@ def test_empty_password_variable_is_refused_naming_it(conf, monkeypatch):
     assert "LOGLAKE_KAFKA_PASSWORD is empty" in str(e.value)
 
 
+def test_a_password_can_come_from_a_secret_file_and_a_missing_file_names_the_key(conf, tmp_path, monkeypatch):
+    monkeypatch.delenv("LOGLAKE_KAFKA_PASSWORD")
+    secret = tmp_path / "kafka_password"
+    secret.write_text("from-the-file\n")  # as `docker secret` and `echo` leave it
+    edit_secure(conf, lambda k: k["security"].update(password=f"${{file:{secret}}}"))
+    c = load_config(conf, profile="local-secure")
+    assert c.kafka.security.password.get_secret_value() == "from-the-file"
+    secret.unlink()
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, profile="local-secure")
+    assert e.value.key == "profiles.local-secure.kafka.security.password"
+    assert f"cannot read {secret}" in str(e.value)
+
+
 BAD_SECURITY = [
     (lambda k: k["security"].update(password="hunter2"), "security.password", "a secret is written into conf/"),
     (lambda k: k.setdefault("client", {}).update({"sasl.username": "bob"}), "client.sasl.username",
