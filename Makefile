@@ -22,6 +22,7 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 jars: $(STAMP)
 	$(PY) -m loglake.local.jars
 	$(PY) -m loglake.local.cds
+	$(PY) -m loglake.local.objectstore
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
 ## broker and Spark session), but the long fault scenarios (marked `long`: make test-long)
