@@ -13,3 +13,8 @@ def kafka_bootstrap():
 @pytest.fixture(scope="session")
 def spark():
     pytest.fail("a unit test asked for a Spark session: it belongs in tests/integration")
+
+
+@pytest.fixture(scope="session")
+def s3_gateway():
+    pytest.fail("a unit test asked for an S3 server: it belongs in tests/integration")
