@@ -1,8 +1,12 @@
 """What loglake's containers run besides the `loglake` and `airflow` commands (docker/compose.yaml).
 
-  init              check the datasets' schemas against the lake and create the topics that are
-                    missing (as loglake.kafka.admin.ensure_topic does for `loglake up`); a one-shot
-                    service that the speed streams and Airflow wait for
+  kafka-init        as Kafka's admin user (the secret kafka_admin_password): give the users loglake
+                    and guest their SCRAM credentials, and loglake its ACLs (ACLS); guest gets none
+  init              make the lake's bucket if missing, check the datasets' schemas against the
+                    lake and create the topics that are missing (as loglake.kafka.admin.ensure_topic
+                    does for `loglake up`); a one-shot service that the speed streams and Airflow wait for
+  airflow-init      migrate Airflow's metadata database and create the users of the secret
+                    airflow_users.json ({"name": {"role": "Admin|Op|User|Viewer", "password": "…"}})
   speed DATASET     the dataset's speed stream in the foreground: the container's main process is
                     loglake's supervisor (restarts with backoff, no restart after a permanent
                     error); SIGTERM from `docker stop` stops it and its spark-submit
@@ -11,7 +15,8 @@
                     celery-worker) is found from the running processes when not given
 
 Configuration comes from the environment, as for any loglake command (LOGLAKE_PROFILE,
-LOGLAKE_CONF, LOGLAKE_HOME and the variables conf/loglake.yaml names).
+LOGLAKE_CONF, LOGLAKE_HOME and the variables conf/loglake.yaml names); secrets from the files
+under /run/secrets.
 """
 
 from __future__ import annotations
@@ -22,6 +27,107 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
+
+SECRETS = Path("/run/secrets")
+SCRAM_ITERATIONS = 8192
+# Another SCRAM user, with no ACL: the authorizer refuses it everything (a check of the lockdown).
+GUEST_USER = "guest"
+
+
+def _secret(name: str) -> str:
+    return (SECRETS / name).read_text().strip()
+
+
+# What loglake's user may do, besides its datasets' topics (ALL on each, by literal name: loglake
+# creates them, writes, reads, describes their configs): its consumer groups (the speed layer's
+# positions loglake-speed-<dataset>, loglake-audit, loglake-admin) and Spark's Kafka source's own
+# (spark-kafka-source-…, spark-kafka-relation-…), and the transactional ids of `loglake produce`.
+ACLS = (("GROUP", "loglake-", "PREFIXED", "ALL"),
+        ("GROUP", "spark-kafka-", "PREFIXED", "ALL"),
+        ("TRANSACTIONAL_ID", "loglake-", "PREFIXED", "ALL"),
+        ("CLUSTER", "kafka-cluster", "LITERAL", "IDEMPOTENT_WRITE"))
+
+
+def kafka_init(wait_seconds: float = 300.0) -> int:
+    """SCRAM users and ACLs, as admin (a super user the brokers' storage was formatted with)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    from loglake.core.config import load_config
+
+    config = load_config()
+    security = config.kafka.security
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers, "security.protocol": "SASL_SSL",
+                         "sasl.mechanism": security.mechanism, "sasl.username": "admin",
+                         "sasl.password": _secret("kafka_admin_password"), "ssl.ca.location": security.ca_file,
+                         "log_level": 3})
+    mechanism = getattr(ScramMechanism, security.mechanism.replace("-", "_"))
+    users = {security.username: security.password.get_secret_value(), GUEST_USER: _secret("kafka_guest_password")}
+    upserts = [UserScramCredentialUpsertion(u, ScramCredentialInfo(mechanism, SCRAM_ITERATIONS), p.encode())
+               for u, p in users.items()]
+    principal = f"User:{security.username}"
+    wanted = [("TOPIC", ds.topic, "LITERAL", "ALL") for ds in config.datasets.values()] + list(ACLS)
+    bindings = [AclBinding(getattr(ResourceType, rtype), name, getattr(ResourcePatternType, pattern), principal, "*",
+                           getattr(AclOperation, op), AclPermissionType.ALLOW) for rtype, name, pattern, op in wanted]
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            for user, fut in admin.alter_user_scram_credentials(upserts, request_timeout=30).items():
+                fut.result(timeout=30)
+            for binding, fut in admin.create_acls(bindings, request_timeout=30).items():
+                fut.result(timeout=30)
+            break
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                print(f"kafka-init: Kafka refused or did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
+                return 1
+            time.sleep(5)
+    print(f"kafka-init: users {', '.join(users)}; {principal} allowed: "
+          + "; ".join(f"{op} on {rtype.lower()} {name}{'*' if pattern == 'PREFIXED' else ''}"
+                      for rtype, name, pattern, op in wanted))
+    return 0
+
+
+def ensure_bucket(config) -> None:
+    """The bucket of the lake and the checkpoints, made if missing (versitygw starts empty)."""
+    from botocore.exceptions import ClientError
+
+    from loglake.core import objectstore
+
+    for root in {config.lake_root, config.checkpoint_root}:
+        if not objectstore.is_remote(root):
+            continue
+        bucket, _ = objectstore.split(root)
+        s3 = objectstore.client(root)
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except ClientError:
+            s3.create_bucket(Bucket=bucket)
+            print(f"init: bucket {bucket} made")
+
+
+def airflow_init() -> int:
+    """``airflow db migrate``, then each user of airflow_users.json that does not exist yet."""
+    import json
+
+    subprocess.run(["airflow", "db", "migrate"], check=True)
+    users = json.loads(_secret("airflow_users.json"))
+    listed = subprocess.run(["airflow", "users", "list", "--output", "json"], check=True, capture_output=True,
+                            text=True).stdout
+    have = {u["username"] for u in json.loads(listed[listed.index("["):] if "[" in listed else "[]")}
+    for name, spec in users.items():
+        if name in have:
+            continue
+        # The password on standard input (asked twice), not on the command line.
+        password = spec["password"]
+        subprocess.run(["airflow", "users", "create", "--username", name, "--role", spec["role"],
+                        "--firstname", name, "--lastname", spec["role"], "--email", f"{name}@loglake.invalid"],
+                       input=f"{password}\n{password}\n", text=True, check=True, stdout=subprocess.DEVNULL)
+        print(f"airflow-init: user {name} ({spec['role']}) created")
+    return 0
 
 
 def init(wait_seconds: float = 300.0) -> int:
@@ -31,6 +137,7 @@ def init(wait_seconds: float = 300.0) -> int:
     from loglake.ledger.schemas import check_all
 
     config = load_config()
+    ensure_bucket(config)
     check_all(config)
     deadline = time.monotonic() + wait_seconds
     for ds in config.datasets.values():
@@ -134,8 +241,12 @@ def health(role: str | None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["init"] and len(argv) == 1:
+    if argv == ["init"]:
         return init()
+    if argv == ["kafka-init"]:
+        return kafka_init()
+    if argv == ["airflow-init"]:
+        return airflow_init()
     if argv[:1] == ["speed"] and len(argv) == 2:
         return speed(argv[1])
     if argv[:1] == ["health"] and len(argv) <= 2:
