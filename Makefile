@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
+.PHONY: compose-up compose-down images
 .PHONY: setup jars test test-unit test-integration test-long bench soak demo up down status clean-state docs
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
@@ -70,3 +71,19 @@ status: setup
 ## clean-state: delete the local state directory (topics, tables, checkpoints, logs)
 clean-state: down
 	rm -rf .loglake
+
+## compose-up: the docker/ stack (Kafka x3, Spark standalone, Airflow with Celery, the S3 store) built and started
+## on this machine: Docker if missing (setup/docker-deps.sh), secrets and images made if missing, every health
+## check waited for, then where the UI, the brokers, the master and the store answer
+compose-up: $(STAMP)
+	bash setup/docker-deps.sh
+	$(PY) docker/stack.py up
+
+## compose-down: stop and remove the stack's containers; VOLUMES=1 deletes its volumes too (topics, lake, metadata)
+compose-down:
+	$(PYTHON) docker/stack.py down $(if $(VOLUMES),--volumes)
+
+## images: build the stack's images (docker/images.sh; unchanged layers come from BuildKit's cache)
+images:
+	bash setup/docker-deps.sh
+	bash docker/images.sh
