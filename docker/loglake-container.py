@@ -52,9 +52,10 @@ ACLS = (("GROUP", "loglake-", "PREFIXED", "ALL"),
 def kafka_init(wait_seconds: float = 300.0) -> int:
     """SCRAM users and ACLs, as admin (a super user the brokers' storage was formatted with)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
-                                       ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
-                                       UserScramCredentialUpsertion)
+    from confluent_kafka.admin import (
+        AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType,
+        ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    )
 
     from loglake.core.config import load_config
 

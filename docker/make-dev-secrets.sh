@@ -28,7 +28,8 @@ if [ ! -e kafka_ca.pem ] || [ ! -e kafka.p12 ] || [ ! -e kafka_keystore_password
     -passout file:kafka_keystore_password -out kafka.p12
   made+=(kafka_ca.pem kafka.p12 kafka_keystore_password)
 fi
-for user in broker controller admin loglake guest; do put "kafka_${user}_password" "$(rand)"; done
+for f in kafka_broker_password kafka_controller_password kafka_admin_password kafka_loglake_password \
+         kafka_guest_password ; do put "$f" "$(rand)"; done
 
 put s3_credentials "$(printf '[default]\naws_access_key_id = loglake-%s\naws_secret_access_key = %s\n' "$(rand 6)" "$(rand 24)")"
 put spark-defaults.conf "$(printf '# Spark RPC authentication (master, workers, every spark-submit).\nspark.authenticate true\nspark.authenticate.secret %s\n' "$(rand 32)")"
