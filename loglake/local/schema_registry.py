@@ -7,6 +7,13 @@ one on a free port (``loglake.testing.Lab``). Built by ``make setup`` from Maven
 database file: subjects, versions, ids, compatibility rules) lives under
 ``<state>/registry/``, so ids survive a restart; its log is ``<state>/logs/registry.log``.
 
+It counts as started once it serves what it stored (``answers``): the process started here holds
+the port (during an outage the port is free, and another server may take it before the JVM
+binds it), Apicurio's readiness (``/health/ready``) is UP and the Confluent API answers. With
+this storage Apicurio opens the database and checks its schema before it opens the port, and
+reads the database on every request: there is no later loading of what it holds to wait for
+(measured: ``tests/integration/test_registry_restart.py``).
+
 Clients use ``http://127.0.0.1:PORT/apis/ccompat/v7``, Apicurio's Confluent-compatible API.
 Where Apicurio 2.4 differs from Confluent's registry: a subject's compatibility rule is NONE
 until one is set (``PUT /config/{subject}``); a schema is looked up (a serializer with
@@ -18,9 +25,12 @@ declared order would no longer decode with it. It stays off.
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 from loglake.core.errors import PortInUseError, ProcessError, SetupError
 from loglake.core.paths import jar_dir, java_executable
@@ -84,15 +94,43 @@ class EmbeddedRegistry:
         return self.pid() is not None
 
     def answers(self, timeout: float = 2.0) -> bool:
-        """The registry's Confluent API answers (200 on the list of subjects)."""
+        """The registry started here serves what it stored: its process holds the port, its
+        readiness is UP and its Confluent API answers (200 on the list of subjects)."""
+        return self.holds_port() and self.ready(timeout) and self._get(f"{self.url}/subjects", timeout) is not None
+
+    def ready(self, timeout: float = 2.0) -> bool:
+        """Apicurio's readiness (``/health/ready``) is UP: its storage initialised (the database
+        opened, its schema checked), its database connections and its response times healthy."""
+        body = self._get(f"http://127.0.0.1:{self.port}/health/ready", timeout)
         try:
-            with urllib.request.urlopen(f"{self.url}/subjects", timeout=timeout) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
+            return body is not None and json.loads(body).get("status") == "UP"
+        except (ValueError, AttributeError):
             return False
 
+    def holds_port(self) -> bool:
+        """The process started here listens on the port (not another server that took it)."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        try:
+            sockets = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.AccessDenied:
+            return True  # another user's process: what answers on its port is taken for it
+        except psutil.Error:
+            return False
+        return any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets)
+
+    @staticmethod
+    def _get(url: str, timeout: float) -> bytes | None:
+        """The body of a 200 answer to a GET of ``url``; None for any other answer or none."""
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return r.read() if r.status == 200 else None
+        except (urllib.error.URLError, OSError):
+            return None
+
     def start(self, timeout: float = 90.0) -> None:
-        """Start it (a no-op when it runs) and wait until its API answers."""
+        """Start it (a no-op when it runs) and wait until it serves what it stored (``answers``)."""
         if self.is_running():
             wait_for(self.answers, timeout, f"the schema registry at {self.url}", log=self.process)
             return
@@ -109,7 +147,8 @@ class EmbeddedRegistry:
             raise
         if not self.answers():
             tail = self.log_path.read_text(errors="replace")[offset:].strip().splitlines()[-15:]
-            if any("Address already in use" in line or "Port already bound" in line for line in tail):
+            if port_open(self.port) or any("Address already in use" in line or "Port already bound" in line
+                                           for line in tail):
                 raise PortInUseError(f"the schema registry's port {self.port} was taken before it bound it", self.port)
             raise ProcessError(f"the schema registry exited at start; last lines of {self.log_path}:\n"
                                + "\n".join(tail))

@@ -16,10 +16,14 @@ quarantined as ``incompatible_schema``.
 
 from __future__ import annotations
 
+import sys
+import time
+
 from pydantic import ValidationError
 
 from loglake.core.config import Config, Dataset, RegistrySchemas, WriterSchema
 from loglake.core.errors import ConfigError
+from loglake.core.retrying import retry_transient
 from loglake.schemaregistry import Version, avro, jsonschema, protobuf, versions
 
 # What reads each registry format's schemas: its fields as columns, which writers a table holds.
@@ -170,7 +174,13 @@ def schema_type(ds: Dataset) -> str:
 class Follower:
     """A dataset's subject followed while data flows: ``current()`` before each micro-batch
     asks the registry for the subject's versions (one call) and resolves the dataset again
-    only when they changed, reading only the new versions."""
+    only when they changed, reading only the new versions.
+
+    A subject it has read versions of that the registry then answers it does not know (404) is
+    waited out like an outage, within the same ``registry.retry_seconds``, with one line saying
+    so (in a CI run an Apicurio at the registry's URL answered so right after a restart, and the
+    stream failed on it: ``tests/integration/test_registry_restart.py``); still not there then,
+    a ``ConfigError`` names the subject. For a subject never read the 404 is the answer, at once."""
 
     def __init__(self, config: Config, ds: Dataset):
         self.config, self.base = config, ds
@@ -179,11 +189,10 @@ class Follower:
 
     def current(self) -> tuple[Dataset, bool]:
         """(the dataset resolved, whether that changed since the last call)."""
-        from loglake.schemaregistry import call, client, version
+        from loglake.schemaregistry import version
 
         subject = self.base.subject_name
-        c = client(self.config)
-        numbers = sorted(call(self.config, f"versions of {subject}", lambda: c.get_versions(subject)))
+        numbers = sorted(self._numbers(subject))
         if self.ds is not None and numbers == [v.version for v in self.known]:
             return self.ds, False
         have = {v.version: v for v in self.known}
@@ -197,6 +206,46 @@ class Follower:
         before = self.ds
         self.known, self.ds = found, resolve(self.config, self.base, found)
         return self.ds, before is None or before.registry != self.ds.registry
+
+    def _numbers(self, subject: str) -> list[int]:
+        """The subject's version numbers, one call waited out while the registry does not answer
+        and, for a subject read before, while it answers that the subject is not there."""
+        from loglake.schemaregistry import _not_found, call, client
+
+        c, url, what = client(self.config), self.config.registry.url, f"versions of {subject}"
+        seconds = self.config.registry.retry_seconds
+        deadline = time.monotonic() + seconds  # one budget for the outage and the missing subject
+
+        def ask() -> list[int]:
+            try:
+                return call(self.config, what, lambda: c.get_versions(subject), max(0.0, deadline - time.monotonic()))
+            except Exception as e:
+                if self.known and _not_found(e):
+                    raise _Unlisted() from e
+                raise
+
+        def say(attempt: int, error: BaseException, delay: float) -> None:
+            if attempt == 1:
+                print(f"loglake: {self.base.name}: the schema registry at {url} answers that subject {subject} "
+                      f"({_read(self.known)}) is not there; waiting up to {seconds:g}s for it as for an outage",
+                      file=sys.stderr, flush=True)
+
+        try:
+            return retry_transient(ask, what=f"schema registry {what}", only=_Unlisted, seconds=seconds,
+                                   max_delay=5.0, on_retry=say)
+        except _Unlisted:
+            raise ConfigError(f"subject {subject!r} ({_read(self.known)}) is not in the schema registry at {url}, "
+                              f"still not after {seconds:g}s: it was deleted, or the registry lost its state",
+                              key=f"datasets.{self.base.name}.subject") from None
+
+
+class _Unlisted(Exception):
+    """A subject read before, answered as not in the registry (404)."""
+
+
+def _read(known: list[Version]) -> str:
+    """``version 1 read before`` / ``versions 1, 2 read before``."""
+    return f"version{'s' if len(known) > 1 else ''} {', '.join(str(v.version) for v in known)} read before"
 
 
 def schema_status(config: Config, ds: Dataset) -> dict:

@@ -279,7 +279,7 @@ def test_a_registry_outage_mid_stream_is_waited_out_without_a_lost_or_quarantine
         try:
             assert not registry.answers()
             w.write(V1, [order(i) for i in range(41, 81)])  # the serializer knows its id already
-            back = threading.Timer(8.0, registry.start)
+            back = threading.Timer(3.0, registry.start)
             back.start()
             query.processAllAvailable()  # the micro-batch waits for the registry, then lands
             back.join()
