@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from loglake.core import paths
-from loglake.core.config import Config
+from loglake.core.config import Config, ObjectStoreSettings
 from loglake.core.errors import JobError, JobFailure, SetupError
 from loglake.core.paths import java_executable
 from loglake.core.processes import wait_for
@@ -27,6 +27,7 @@ from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
 from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import current_token
+from loglake.local.jars import LOGSTORE_JAR
 
 
 def spark_home() -> Path:
@@ -105,16 +106,71 @@ def spark_conf(config: Config) -> dict[str, str]:
         conf["spark.executor.memory"] = config.profile.spark.executor_memory
     if not is_local(config):
         conf["spark.executor.extraJavaOptions"] = log4j
+    if config.object_store is not None:
+        for key, value in object_store_conf(config.object_store).items():
+            joiner = _JOINED.get(key)
+            conf[key] = f"{conf[key]}{joiner}{value}" if joiner and conf.get(key) else value
     for key, value in config.profile.spark.conf.items():
         # The profile's JVM options come after loglake's (its logging, the class archive), not
-        # instead of them; a later option of the same name wins in the JVM.
+        # instead of them; a later option of the same name wins in the JVM. Its class path comes
+        # before loglake's (the first class of a name wins), which stays.
         if key in _JAVA_OPTIONS and conf.get(key):
             value = f"{conf[key]} {value}"
+        elif key in _CLASS_PATHS and conf.get(key):
+            value = f"{value}{os.pathsep}{conf[key]}"
         conf[key] = value
     return conf
 
 
 _JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+_CLASS_PATHS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+# Settings that are lists: a part added to one is joined to what it holds.
+_JOINED = {"spark.jars": ",", **{k: " " for k in _JAVA_OPTIONS}}
+
+# Delta's log store for s3a:// tables: loglake's, which commits with conditional writes
+# (jvm/s3-logstore). Delta's default for s3a (S3SingleDriverLogStore) is safe in one JVM only.
+S3_LOG_STORE = "io.loglake.storage.S3ConditionalLogStore"
+
+
+def object_store_conf(store: ObjectStoreSettings) -> dict[str, str]:
+    """Spark settings for an ``s3a://`` lake on ``store``: S3A and the AWS SDK on the class path,
+    S3A pointed at the store, and loglake's Delta log store for ``s3a://`` tables.
+
+    hadoop-aws and the SDK bundle (``loglake.local.jars``' s3 set) go on the drivers' and
+    executors' class path where they lie, not in ``spark.jars``, which copies every jar (the
+    bundle is 558 MB) into each executor's work directory, even as ``local:``; a cluster's
+    workers have them and pyspark at the same paths (the docker images put them there). The
+    log store joins ``spark.jars``: it extends delta-storage, which is there (a class on the
+    JVM's own class path cannot see the classes of ``spark.jars``). Credentials are never in
+    the settings: with a ``credentials_file``, each JVM reads it through the SDK's profile
+    provider, else S3A's default chain applies.
+    """
+    s3 = paths.jars("s3")
+    # The extra class path comes first. It begins as spark-submit's launcher begins a class path
+    # (SLF4J's API, then Spark's jars), so Spark's classes come before the SDK bundle's unshaded
+    # copies of netty, SLF4J 1.7, httpclient and commons (which would shadow Spark's), and the
+    # driver's class path still starts as when the CDS archive was made (which keeps it usable).
+    spark_jars = spark_home() / "jars"
+    first = [*sorted(spark_jars.glob("slf4j-api-*.jar")), spark_jars / "*"]
+    class_path = os.pathsep.join(str(j) for j in [*first, *(j for j in s3 if j.name != LOGSTORE_JAR)])
+    conf = {
+        "spark.jars": ",".join(str(j) for j in s3 if j.name == LOGSTORE_JAR),
+        "spark.driver.extraClassPath": class_path,
+        "spark.executor.extraClassPath": class_path,
+        "spark.delta.logStore.s3a.impl": S3_LOG_STORE,
+        "spark.hadoop.fs.s3a.endpoint.region": store.region,
+        "spark.hadoop.fs.s3a.path.style.access": str(store.path_style).lower(),
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(not (store.endpoint or "").startswith("http://")).lower(),
+    }
+    if store.endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = store.endpoint
+    if store.credentials_file:
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = \
+            "software.amazon.awssdk.auth.credentials.ProfileCredentialsProvider"
+        # Read by the SDK in every JVM (drivers and executors): the file's path, not its keys.
+        for key in _JAVA_OPTIONS:
+            conf[key] = f"-Daws.sharedCredentialsFile={store.credentials_file}"
+    return conf
 
 
 def is_local(config: Config) -> bool:

@@ -1,17 +1,20 @@
 """Resolve the JVM jars loglake needs from Maven Central: ``python -m loglake.local.jars``.
 
-Two sets, each described by a POM in ``setup/`` and copied into ``jar_dir(kind)`` (under
+Sets, each described by a POM in ``setup/`` and copied into ``jar_dir(kind)`` (under
 the cache, outside the repo):
 
 - ``kafka``: the embedded KRaft broker (``loglake.local.broker``);
 - ``spark``: what PySpark 4.0.0 lacks for Kafka -> Delta (passed as ``spark.jars``);
 - ``registry``: the embedded schema registry (Apicurio Registry, ``loglake.local.schema_registry``),
-  a Quarkus application built from its Maven Central jars into ``quarkus-app/``.
+  a Quarkus application built from its Maven Central jars into ``quarkus-app/``;
+- ``s3``: an ``s3a://`` lake's: hadoop-aws and the AWS SDK bundle it calls, and loglake's Delta
+  log store (``io.loglake.storage.S3ConditionalLogStore``) built from ``jvm/s3-logstore``
+  (on the drivers' and executors' class path, ``loglake.jobs.launch.spark_conf``).
 
 Stdlib only, so it runs before (or without) the venv. Repeated runs are no-ops: a stamp
-in the jar dir holds a hash of the POM and the Maven arguments. Jars are copied into a
-temporary directory that is renamed into place only when complete, so a failed or
-interrupted run never leaves a jar dir that looks usable.
+in the jar dir holds a hash of the POM, the Maven arguments and the sources built. Jars are
+copied into a temporary directory that is renamed into place only when complete, so a failed
+or interrupted run never leaves a jar dir that looks usable.
 """
 
 from __future__ import annotations
@@ -31,9 +34,14 @@ from pathlib import Path
 from loglake.core.errors import SetupError
 from loglake.core.paths import REPO_ROOT, cache_home, jar_dir
 
-KINDS = ("kafka", "spark", "registry")
+KINDS = ("kafka", "spark", "registry", "s3")
 CENTRAL = "https://repo.maven.apache.org/maven2"
 STAMP = ".loglake-stamp"  # not *.jar, so paths.jars() never lists it
+
+# loglake's own Delta log store for s3a:// tables, built into the s3 set.
+LOGSTORE_PROJECT = REPO_ROOT / "jvm" / "s3-logstore"
+LOGSTORE_JAR = "loglake-s3-logstore.jar"  # the project's <finalName>
+_BUILD = ".build"  # the log store's Maven build dir, inside the temporary jar dir
 
 # Spark's parent POM declares a repository unreachable from here; mirroring every
 # repository to Central avoids slow failed look-ups (FIELD-NOTES.md).
@@ -78,13 +86,32 @@ def log_path(kind: str) -> Path:
     return cache_home() / "logs" / f"mvn-{kind}.log"
 
 
-def mvn_args(kind: str, settings: Path, out: Path) -> list[str]:
+def _mvn(settings: Path, pom: Path) -> list[str]:
     # -U: re-check artifacts a previous failed run marked missing in ~/.m2 (else Maven
     # refuses to retry until the "update interval" elapses). style.color: plain log.
-    common = ["-B", "-q", "-U", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom_path(kind))]
+    return ["-B", "-q", "-U", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom)]
+
+
+def mvn_args(kind: str, settings: Path, out: Path) -> list[str]:
+    common = _mvn(settings, pom_path(kind))
     if kind == "registry":  # built, not copied: Quarkus' plugin makes the runnable app under ``out``
         return [*common, "package", f"-Dbuild.dir={out}"]
     return [*common, "dependency:copy-dependencies", f"-DoutputDirectory={out}", "-DincludeScope=runtime"]
+
+
+def build_args(kind: str, settings: Path, out: Path) -> list[str] | None:
+    """The Maven run that builds loglake's own jar of ``kind`` under ``out`` (None: the set has none)."""
+    if kind != "s3":
+        return None
+    return [*_mvn(settings, LOGSTORE_PROJECT / "pom.xml"), "package", f"-Dbuild.dir={out / _BUILD}"]
+
+
+def own_sources(kind: str) -> list[Path]:
+    """The files of loglake's own jar in ``kind`` (its project's POM and sources); [] for a set
+    only resolved."""
+    if kind != "s3":
+        return []
+    return [LOGSTORE_PROJECT / "pom.xml", *sorted(p for p in (LOGSTORE_PROJECT / "src").rglob("*") if p.is_file())]
 
 
 def built(kind: str, d: Path) -> list[Path]:
@@ -95,9 +122,16 @@ def built(kind: str, d: Path) -> list[Path]:
 
 
 def stamp_value(kind: str) -> str:
-    """Hash of what decides the jar set: the POM and the fixed Maven arguments."""
+    """Hash of what decides the jar set: the POM, the fixed Maven arguments and, for a set with a
+    jar of loglake's own, its sources and build arguments (an edit of the log store's Java
+    rebuilds it)."""
     h = hashlib.sha256(pom_path(kind).read_bytes())
     h.update(" ".join(mvn_args(kind, Path("S"), Path("O"))).encode())
+    for f in own_sources(kind):
+        h.update(b"\0" + str(f.relative_to(LOGSTORE_PROJECT)).encode() + b"\0" + f.read_bytes())
+    build = build_args(kind, Path("S"), Path("O"))
+    if build:
+        h.update(b"\0" + " ".join(build).encode())
     return h.hexdigest()
 
 
@@ -131,27 +165,50 @@ def failed_artifact(output: str) -> str:
     return maven_error(text)
 
 
-def check_spark_set(jar_names: list[str]) -> list[str]:
-    """Problems with the spark set against the installed pyspark's own jars.
-
-    Returns messages for jars that pyspark already ships in another version (a
-    conflicting duplicate on the classpath); [] when pyspark is not importable here.
-    """
+def pyspark_jars() -> tuple[Path | None, dict[str, str]]:
+    """The installed pyspark's jars dir and its jars (name -> version); (None, {}) when pyspark
+    is not importable here."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        return []
+        return None, {}
     shipped_dir = Path(list(spec.submodule_search_locations)[0]) / "jars"
     shipped = {}
     for p in shipped_dir.glob("*.jar"):
         m = _JAR_NAME.match(p.name)
         if m:
             shipped[m["name"]] = m["version"]
+    return shipped_dir, shipped
+
+
+def check_spark_set(jar_names: list[str]) -> list[str]:
+    """Problems with the spark set against the installed pyspark's own jars.
+
+    Returns messages for jars that pyspark already ships in another version (a
+    conflicting duplicate on the classpath); [] when pyspark is not importable here.
+    """
+    shipped_dir, shipped = pyspark_jars()
     problems = []
     for name in jar_names:
         m = _JAR_NAME.match(name)
         if m and m["name"] in shipped:
             problems.append(f"{name} duplicates pyspark's {m['name']}-{shipped[m['name']]}.jar ({shipped_dir})")
     return problems
+
+
+def check_s3_set(jar_names: list[str]) -> list[str]:
+    """Problems with the s3 set: ``check_spark_set``'s, and a hadoop-aws of another version than
+    the Hadoop client pyspark ships (S3A calls Hadoop's internals: the two move together)."""
+    problems = check_spark_set(jar_names)
+    shipped_dir, shipped = pyspark_jars()
+    hadoop = shipped.get("hadoop-client-api")
+    for name in jar_names:
+        m = _JAR_NAME.match(name)
+        if m and m["name"] == "hadoop-aws" and hadoop and m["version"] != hadoop:
+            problems.append(f"{name} is not of the version of pyspark's hadoop-client-api-{hadoop}.jar ({shipped_dir})")
+    return problems
+
+
+_CHECKS = {"spark": check_spark_set, "s3": check_s3_set}
 
 
 def resolve(kind: str, force: bool = False) -> tuple[list[Path], bool]:
@@ -186,12 +243,10 @@ def _resolve_locked(kind: str, final: Path) -> list[Path]:
     tmp = final.parent / f".{kind}.tmp-{os.getpid()}"
     log = log_path(kind)
     log.parent.mkdir(parents=True, exist_ok=True)
+    stamp = stamp_value(kind)  # of the sources as Maven is about to read them
     try:
-        cmd = [mvn, *mvn_args(kind, settings, tmp)]
-        with log.open("w") as fh:
-            fh.write("$ " + " ".join(cmd) + "\n")
-            fh.flush()
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        log.write_text("")
+        rc = _run_maven([mvn, *mvn_args(kind, settings, tmp)], log)
         if rc != 0:
             output = log.read_text(errors="replace")
             what = failed_artifact(output) or f"mvn exited with {rc}"
@@ -201,17 +256,19 @@ def _resolve_locked(kind: str, final: Path) -> list[Path]:
                 f"  POM: {pom_path(kind)}\n  Maven log: {log}\n"
                 f"  (check the version exists on {CENTRAL}: mvn dependency:get -Dartifact=G:A:V)"
             )
+        build = build_args(kind, settings, tmp)
+        if build:
+            _build_own_jar(kind, [mvn, *build], tmp, log)
         got = [p.name for p in built(kind, tmp)]
         if not got:
             raise SetupError(f"Maven resolved no jars for {kind} from {pom_path(kind)}; log: {log}")
-        if kind == "spark":
-            problems = check_spark_set(got)
-            if problems:
-                raise SetupError(
-                    "the spark jar set clashes with the jars pyspark ships; add exclusions to "
-                    f"{pom_path(kind)}:\n  " + "\n  ".join(problems)
-                )
-        (tmp / STAMP).write_text(stamp_value(kind) + "\n")  # written last: marks completeness
+        problems = _CHECKS[kind](got) if kind in _CHECKS else []
+        if problems:
+            raise SetupError(
+                f"the {kind} jar set clashes with the jars pyspark ships; change "
+                f"{pom_path(kind)}:\n  " + "\n  ".join(problems)
+            )
+        (tmp / STAMP).write_text(stamp + "\n")  # written last: marks completeness
         # Swap in: the old dir (if any) moves aside first, so `final` is never half-filled.
         old = final.parent / f".{kind}.old-{os.getpid()}"
         if final.exists():
@@ -221,6 +278,34 @@ def _resolve_locked(kind: str, final: Path) -> list[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return built(kind, final)
+
+
+def _run_maven(cmd: list[str], log: Path) -> int:
+    """Run ``cmd``, its output appended to ``log``; its exit code."""
+    with log.open("a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+
+
+def _build_own_jar(kind: str, cmd: list[str], tmp: Path, log: Path) -> None:
+    """Build loglake's jar of ``kind`` (the s3 set's log store) and move it beside the resolved jars."""
+    start = log.stat().st_size
+    rc = _run_maven(cmd, log)
+    jar = tmp / _BUILD / LOGSTORE_JAR
+    if rc != 0 or not jar.is_file():
+        with log.open(errors="replace") as fh:
+            fh.seek(start)
+            output = _ANSI.sub("", fh.read())
+        # javac's first complaint (file, line and what), else Maven's first error
+        said = next((line.removeprefix("[ERROR]").strip() for line in output.splitlines()
+                     if line.startswith("[ERROR]") and ".java:[" in line), "") or maven_error(output)
+        raise SetupError(
+            f"Maven could not build {LOGSTORE_PROJECT} (for the {kind} jar set)\n"
+            f"  Maven said: {said or f'(nothing; mvn exited with {rc})'}\n  Maven log: {log}"
+        )
+    jar.rename(tmp / LOGSTORE_JAR)
+    shutil.rmtree(tmp / _BUILD)
 
 
 def _mb(paths: list[Path]) -> float:
