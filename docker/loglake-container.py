@@ -43,10 +43,10 @@ def _secret(name: str) -> str:
 # creates them, writes, reads, describes their configs): its consumer groups (the speed layer's
 # positions loglake-speed-<dataset>, loglake-audit, loglake-admin) and Spark's Kafka source's own
 # (spark-kafka-source-…, spark-kafka-relation-…), and the transactional ids of `loglake produce`.
+# (Idempotent producers need no IdempotentWrite on the cluster since Kafka 3.0: Write on the topic.)
 ACLS = (("GROUP", "loglake-", "PREFIXED", "ALL"),
         ("GROUP", "spark-kafka-", "PREFIXED", "ALL"),
-        ("TRANSACTIONAL_ID", "loglake-", "PREFIXED", "ALL"),
-        ("CLUSTER", "kafka-cluster", "LITERAL", "IDEMPOTENT_WRITE"))
+        ("TRANSACTIONAL_ID", "loglake-", "PREFIXED", "ALL"))
 
 
 def kafka_init(wait_seconds: float = 300.0) -> int:
@@ -115,7 +115,7 @@ def airflow_init() -> int:
     import json
 
     subprocess.run(["airflow", "db", "migrate"], check=True)
-    users = json.loads(_secret("airflow_users.json"))
+    users = json.loads(_secret("airflow_users"))
     listed = subprocess.run(["airflow", "users", "list", "--output", "json"], check=True, capture_output=True,
                             text=True).stdout
     have = {u["username"] for u in json.loads(listed[listed.index("["):] if "[" in listed else "[]")}

@@ -12,7 +12,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   printf 'local all airflow peer map=self\nhost all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n' \
     > "$PGDATA/pg_hba.conf"
   printf 'self postgres airflow\n' > "$PGDATA/pg_ident.conf"
-  echo "CREATE DATABASE airflow OWNER airflow;" | postgres --single -D "$PGDATA" -j airflow >/dev/null
+  echo "CREATE DATABASE airflow OWNER airflow;" | postgres --single -D "$PGDATA" -j template1 >/dev/null
   echo "postgres: initialised $PGDATA"
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='*' -c password_encryption=scram-sha-256
