@@ -40,8 +40,12 @@ def cache_home() -> Path:
     return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "loglake"
 
 
+# loglake's own Delta log store for s3a:// tables (jvm/s3-logstore's <finalName>), in the s3 set.
+LOGSTORE_JAR = "loglake-s3-logstore.jar"
+
+
 def jar_dir(kind: str) -> Path:
-    """Directory of resolved jars for ``kind`` (``kafka`` or ``spark``)."""
+    """Directory of resolved jars for ``kind`` (``kafka``, ``spark``, ``s3``, ``registry``)."""
     return cache_home() / "jars" / kind
 
 

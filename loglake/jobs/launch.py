@@ -21,13 +21,12 @@ from pathlib import Path
 from loglake.core import paths
 from loglake.core.config import Config, ObjectStoreSettings
 from loglake.core.errors import JobError, JobFailure, SetupError
-from loglake.core.paths import java_executable
+from loglake.core.paths import LOGSTORE_JAR, java_executable
 from loglake.core.processes import wait_for
 from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
 from loglake.jobs.summaries import JobSummary
 from loglake.ledger.leases import current_token
-from loglake.local.jars import LOGSTORE_JAR
 
 
 def spark_home() -> Path:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from loglake.core.errors import SetupError
-from loglake.core.paths import REPO_ROOT, cache_home, jar_dir
+from loglake.core.paths import LOGSTORE_JAR, REPO_ROOT, cache_home, jar_dir
 
 KINDS = ("kafka", "spark", "registry", "s3")
 CENTRAL = "https://repo.maven.apache.org/maven2"
@@ -40,7 +40,6 @@ STAMP = ".loglake-stamp"  # not *.jar, so paths.jars() never lists it
 
 # loglake's own Delta log store for s3a:// tables, built into the s3 set.
 LOGSTORE_PROJECT = REPO_ROOT / "jvm" / "s3-logstore"
-LOGSTORE_JAR = "loglake-s3-logstore.jar"  # the project's <finalName>
 _BUILD = ".build"  # the log store's Maven build dir, inside the temporary jar dir
 
 # Spark's parent POM declares a repository unreachable from here; mirroring every

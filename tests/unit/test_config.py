@@ -151,21 +151,23 @@ def test_unset_secret_is_an_error_not_empty(conf, monkeypatch):
     assert e.value.key == "profiles.cluster.kafka.bootstrap_servers"
 
 
-def test_cluster_profile_expands_environment(conf, monkeypatch):
+def test_cluster_profile_expands_environment(conf, monkeypatch, tmp_path):
+    secret = tmp_path / "kafka_password"
+    secret.write_text("p\n")
     for var, val in {"LOGLAKE_KAFKA_BOOTSTRAP": "b1:9096", "LOGLAKE_KAFKA_USERNAME": "u",
-                     "LOGLAKE_KAFKA_PASSWORD": "p", "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
-                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_LOCK_ROOT": "/locks", "LOGLAKE_SPARK_MASTER": "yarn",
-                     "LOGLAKE_KAFKA_CA_FILE": "/ca.pem", "LOGLAKE_S3_ENDPOINT": "http://minio:9000",
-                     "LOGLAKE_AWS_REGION": "eu-west-1", "LOGLAKE_DDB_TABLE": "delta_log",
-                     "LOGLAKE_CACHE": "/opt/loglake-cache"}.items():
+                     "LOGLAKE_KAFKA_PASSWORD_FILE": str(secret), "LOGLAKE_LAKE_ROOT": "s3a://b/lake",
+                     "LOGLAKE_CHECKPOINT_ROOT": "s3a://b/cp", "LOGLAKE_SPARK_MASTER": "yarn",
+                     "LOGLAKE_KAFKA_CA_FILE": "/ca.pem", "LOGLAKE_S3_ENDPOINT": "http://s3:7070",
+                     "LOGLAKE_AWS_REGION": "eu-west-1", "LOGLAKE_S3_CREDENTIALS_FILE": "/run/secrets/s3"}.items():
         monkeypatch.setenv(var, val)
     c = load_config(conf, profile="cluster")
-    assert c.kafka_client_conf()["sasl.password"] == "p"
+    assert c.kafka_client_conf()["sasl.password"] == "p"  # read from the file, its newline dropped
     assert c.kafka_client_conf()["ssl.ca.location"] == c.kafka_java_conf()["ssl.truststore.location"] == "/ca.pem"
     assert 'username="u" password="p";' in c.kafka_java_conf()["sasl.jaas.config"]
     assert c.table_path("job_views", "speed") == "s3a://b/lake/speed/job_views"
-    assert c.profile.spark.conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
-    assert c.profile.spark.conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "delta_log"
+    store = c.object_store
+    assert (store.endpoint, store.region, store.credentials_file) == ("http://s3:7070", "eu-west-1", "/run/secrets/s3")
+    assert c.lock_root == "s3a://b/lake/_loglake_locks"  # the leases on the store, beside the tables
 
 
 def test_invalid_yaml_names_file(conf):

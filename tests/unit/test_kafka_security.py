@@ -128,10 +128,10 @@ def test_a_local_cluster_can_be_secured(conf):
 
 
 def test_no_profile_in_conf_writes_a_secret():
-    """Every secret a shipped profile names comes from the environment."""
+    """Every secret a shipped profile names comes from the environment or from a file."""
     text = (paths.REPO_ROOT / "conf" / "loglake.yaml").read_text()
     for m in re.finditer(r"(?m)^\s*(password|sasl\.password|sasl\.jaas\.config):\s*(.*)$", text):
-        assert re.fullmatch(r"\$\{[A-Z_]+\}", m[2].split("#")[0].strip()), m[0]
+        assert re.fullmatch(r"\$\{[A-Z_]+\}|\$\{file:(\$\{[A-Z_]+\}|/[^}]+)\}", m[2].split("#")[0].strip()), m[0]
 
 
 # --- the embedded broker's certificates ------------------------------------------------------
