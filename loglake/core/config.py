@@ -554,6 +554,14 @@ class ObjectStoreSettings(_Strict):
     credentials_file: str | None = None
     path_style: bool = True              # http://endpoint/bucket/key (most S3-compatible stores)
 
+    @field_validator("credentials_file")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v!r} is not an absolute path (every process reads it, executors from other "
+                             "working directories)")
+        return v
+
     @field_validator("endpoint")
     @classmethod
     def _endpoint_is_a_url(cls, v: str | None) -> str | None:

@@ -155,6 +155,11 @@ def test_an_object_store_lake_keeps_its_leases_on_the_store_unless_a_directory_i
         load_config(conf, home=tmp_path / "state")
     assert e.value.key == "profiles.test.lake.object_store.endpoint" and "http://host:port" in str(e.value)
 
+    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {object_store: {credentials_file: 's3.ini'}}\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path / "state")
+    assert e.value.key == "profiles.test.lake.object_store.credentials_file" and "absolute" in str(e.value)
+
     shared = tmp_path / "shared-mount"
     profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {{root: 's3a://bucket/lake', locks: '{shared}'}}\n", 1))
     config = load_config(conf, home=tmp_path / "state")
