@@ -7,7 +7,7 @@ STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
 .PHONY: compose-up compose-down images
-.PHONY: setup jars test test-unit test-integration test-long bench soak demo up down status clean-state docs
+.PHONY: setup jars test test-compose test-unit test-integration test-long bench soak demo up down status clean-state docs
 
 ## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
 setup: $(STAMP) jars
@@ -34,6 +34,13 @@ test: setup
 ## record, the local cluster's leader and worker kills), ~10 min
 test-long: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m long
+
+## test-compose: the docker/ stack (docker/stack.py) built and started as its own compose project on
+## free ports, loglake driven across its containers, then faults, each checked exact (tests/compose;
+## figures in .loglake/test-compose/results.json); needs Docker (setup/docker-deps.sh); ~40 min
+test-compose: setup
+	bash setup/docker-deps.sh
+	LOGLAKE_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -p no:xdist -v -x --timeout 3600
 
 test-unit: setup
 	$(PY) -m pytest tests/unit

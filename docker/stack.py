@@ -30,11 +30,14 @@ DOCKER_DIR = Path(__file__).resolve().parent
 REPO = DOCKER_DIR.parent
 COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
 SECRETS = DOCKER_DIR / "secrets"
-PROJECT = "loglake"
+# Another project name and other published ports (the variables compose.yaml reads) run a second
+# stack beside the first: `make test-compose` starts its own this way.
+PROJECT = os.environ.get("LOGLAKE_COMPOSE_PROJECT", "loglake")
 PUBLISH = os.environ.get("LOGLAKE_PUBLISH_ADDRESS", "127.0.0.1")
-AIRFLOW_URL = f"http://{PUBLISH}:8080"
-S3_URL = f"http://{PUBLISH}:7070"
-HOST_BROKERS = "localhost:19093,localhost:19094,localhost:19095"
+AIRFLOW_URL = f"http://{PUBLISH}:{os.environ.get('LOGLAKE_AIRFLOW_PORT', '8080')}"
+S3_URL = f"http://{PUBLISH}:{os.environ.get('LOGLAKE_S3_PORT', '7070')}"
+HOST_BROKERS = ",".join(f"localhost:{os.environ.get(f'LOGLAKE_KAFKA_{n}_PORT', str(port))}"
+                        for n, port in ((1, 19093), (2, 19094), (3, 19095)))
 
 
 def _docker() -> str:
@@ -81,7 +84,7 @@ def host_env() -> dict[str, str]:
     master_ip = container_ip(f"{PROJECT}-spark-master-1")
     return {
         "LOGLAKE_PROFILE": "cluster",
-        "LOGLAKE_HOME": str(REPO / ".loglake" / "compose-host"),
+        "LOGLAKE_HOME": str(REPO / ".loglake" / f"compose-host-{PROJECT}"),
         "LOGLAKE_KAFKA_BOOTSTRAP": HOST_BROKERS,
         "LOGLAKE_KAFKA_USERNAME": "loglake",
         "LOGLAKE_KAFKA_PASSWORD_FILE": str(SECRETS / "kafka_loglake_password"),

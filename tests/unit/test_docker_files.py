@@ -121,8 +121,13 @@ def shell_of(ins: Instruction) -> str:
 
 
 @cache
-def compose() -> dict:
-    return yaml.safe_load(COMPOSE.read_text())
+def compose(defaults: bool = True) -> dict:
+    """compose.yaml as Compose reads it with no docker/.env: ``${VAR:-default}`` as its default
+    (``defaults=False``: the references as written)."""
+    text = COMPOSE.read_text()
+    if defaults:
+        text = re.sub(r"\$\{([A-Za-z_]\w*):-([^}]*)\}", lambda m: m[2], text)
+    return yaml.safe_load(text)
 
 
 def services() -> dict[str, dict]:
@@ -760,7 +765,7 @@ def test_only_what_the_host_needs_is_published_on_the_publish_address():
         ports = [str(p) for p in svc.get("ports") or []]
         assert {p.rsplit(":", 1)[-1] for p in ports} == PUBLISHED.get(name, set()), (
             f"docker/compose.yaml: service {name} publishes {ports}; the host needs {PUBLISHED.get(name, 'none')}")
-        for p in ports:
+        for p in (str(p) for p in compose(defaults=False)["services"][name].get("ports") or []):
             assert p.startswith("${LOGLAKE_PUBLISH_ADDRESS:-127.0.0.1}:"), (
                 f"docker/compose.yaml: service {name}: {p}: bind to ${{LOGLAKE_PUBLISH_ADDRESS:-127.0.0.1}}")
     store = " ".join(command(services()["s3"])) + (DOCKER / "versitygw" / "entrypoint.sh").read_text()

@@ -1,0 +1,308 @@
+"""The docker/ stack on this machine (issue 25): built, started, driven across containers, then
+faults, each followed by loglake's audit and an independent count of the log against the
+tables (0 lost, 0 duplicated). The tests run in order on one stack; each records its figures
+(recovery times, memory) in the results file (conftest.RESULTS)."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+
+import pytest
+
+from tests.compose.conftest import count_against_log
+
+pytestmark = pytest.mark.compose
+
+EXACT = {"lost": 0, "duplicated": 0, "unexpected": 0}
+
+
+def _exact(counted: dict) -> dict:
+    return {k: counted[k] for k in EXACT}
+
+
+def wait_until(what: str, check, timeout: float, poll: float = 5.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last is True or (last and not isinstance(last, dict)):
+            return last
+        time.sleep(poll)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last})")
+
+
+def speed_exact(stack, ds_name: str, timeout: float = 600) -> float:
+    """Wait until every offset of the log is in the speed layer exactly once; seconds waited."""
+    config = stack.config()
+    ds = config.dataset(ds_name)
+    started = time.monotonic()
+
+    def check():
+        counted = count_against_log(config, ds, "speed")
+        return True if _exact(counted) == EXACT else counted
+
+    wait_until(f"speed {ds_name} exact against the log", check, timeout)
+    return round(time.monotonic() - started, 1)
+
+
+def audit_ok(stack, ds_name: str) -> None:
+    r = stack.loglake("audit", ds_name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 missing, 0 duplicated" in r.stdout, r.stdout
+
+
+def batch_exact(stack, ds_name: str) -> dict:
+    from loglake.ledger.ranges import batch_watermarks
+
+    config = stack.config()
+    ds = config.dataset(ds_name)
+    counted = count_against_log(config, ds, "batch", below=batch_watermarks(config, ds))
+    assert _exact(counted) == EXACT, counted
+    return counted
+
+
+def produce(stack, ds_name: str, count: int, seed: int, rate: float | None = None,
+            acked: list | None = None) -> None:
+    from loglake.local.produce import produce as produce_records
+
+    config = stack.config()
+    produce_records(config, config.dataset(ds_name), count, bad_fraction=0.05, seed=seed, rate=rate, acked=acked)
+
+
+def test_a_container_without_credentials_is_refused_everywhere(stack):
+    """From a container on the stack's network with no secret: Kafka, Spark's master, Airflow's
+    API and the object store all refuse it."""
+    script = textwrap.dedent('''
+        import json, socket, urllib.request, urllib.error
+        out = {}
+        def status(url):
+            try:
+                return urllib.request.urlopen(url, timeout=20).status
+            except urllib.error.HTTPError as e:
+                return e.code
+        out["airflow"] = status("http://airflow-api-server:8080/api/v2/dags")
+        out["s3"] = status("http://s3:7070/loglake")
+        from confluent_kafka.admin import AdminClient
+        for name, conf in (("kafka_plaintext", {"security.protocol": "PLAINTEXT"}),
+                           ("kafka_tls_only", {"security.protocol": "SSL", "enable.ssl.certificate.verification": False}),
+                           ("kafka_wrong_password", {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                                     "sasl.username": "loglake", "sasl.password": "guess",
+                                                     "enable.ssl.certificate.verification": False})):
+            admin = AdminClient({"bootstrap.servers": "kafka-1:9093", "socket.timeout.ms": 5000,
+                                 "logger": __import__("logging").getLogger("quiet"), **conf})
+            try:
+                admin.list_topics(timeout=8)
+                out[name] = "answered"
+            except Exception as e:
+                out[name] = "refused"
+        # Spark's master: an application without the shared secret is not registered.
+        from pyspark import SparkConf, SparkContext
+        import threading
+        try:
+            sc = SparkContext(conf=SparkConf().setMaster("spark://spark-master:7077").setAppName("intruder")
+                              .set("spark.authenticate", "false").set("spark.ui.enabled", "false"))
+            got = []
+            t = threading.Thread(target=lambda: got.append(sc.parallelize([1]).count()), daemon=True)
+            t.start(); t.join(40)
+            out["spark"] = "ran" if got else "refused"
+        except Exception as e:
+            out["spark"] = "refused"
+        print("RESULT " + json.dumps(out), flush=True)
+        import os; os._exit(0)
+    ''')
+    r = stack.docker("run", "--rm", "--network", stack.network, "-e", "SPARK_CONF_DIR=/nonexistent",
+                     "loglake-spark:0.1.0", "/opt/loglake/.venv/bin/python", "-c", script, check=False, timeout=300)
+    line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, r.stdout + r.stderr
+    import json
+    got = json.loads(line[0][7:])
+    assert got == {"airflow": 401, "s3": 403, "kafka_plaintext": "refused", "kafka_tls_only": "refused",
+                   "kafka_wrong_password": "refused", "spark": "refused"}, got
+
+
+def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(stack):
+    produce(stack, "job_views", 20_000, seed=1)
+    produce(stack, "company_ceos", 2_000, seed=2)
+    stack.record("speed_catch_up_seconds_20k", speed_exact(stack, "job_views"))
+    speed_exact(stack, "company_ceos")
+    airflow = stack.airflow()
+
+    def scheduled_success():
+        runs = airflow.call("GET", "/dags/loglake_batch/dagRuns?run_type=scheduled&state=success&limit=5")
+        return runs["dag_runs"] if runs.get("total_entries") else None
+
+    runs = wait_until("a scheduled loglake_batch run to succeed", scheduled_success, 900, poll=10)
+    stack.record("scheduled_batch_run", {"run_id": runs[0]["dag_run_id"], "start": runs[0]["start_date"],
+                                         "end": runs[0]["end_date"]})
+    # Only the runs this test starts from here on.
+    airflow.call("PATCH", "/dags/loglake_batch", {"is_paused": True})
+    for name in ("job_views", "company_ceos"):
+        audit_ok(stack, name)
+        batch_exact(stack, name)
+    served = stack.loglake("query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
+    assert served.returncode == 0, served.stderr
+    config = stack.config()
+    from tests.compose.conftest import table_offsets
+    valid = len(table_offsets(config.table_path(config.dataset("job_views"), "speed")))
+    assert served.stdout == f"n\n{valid}\n"
+
+
+def test_the_partition_leader_killed_during_ingest(stack):
+    from confluent_kafka.admin import AdminClient
+
+    config = stack.config()
+    ds = config.dataset("job_views")
+    admin = AdminClient(config.kafka_client_conf())
+    leader = admin.list_topics(ds.topic, timeout=30).topics[ds.topic].partitions[0].leader
+    acked: list = []
+    producer = threading.Thread(target=produce, args=(stack, "job_views", 10_000, 3), kwargs={"rate": 2000.0,
+                                                                                              "acked": acked})
+    producer.start()
+    time.sleep(2)
+    killed = time.monotonic()
+    stack.docker("kill", stack.container(f"kafka-{leader}"))
+    producer.join(timeout=600)
+    stack.docker("start", stack.container(f"kafka-{leader}"))
+    assert len(acked) == 10_000
+    speed_exact(stack, "job_views")
+    stack.record("leader_kill_recovery_seconds", round(time.monotonic() - killed, 1))
+    audit_ok(stack, "job_views")
+
+
+def test_a_broker_cut_off_the_network_for_60s(stack):
+    broker = stack.container("kafka-2")
+    stack.docker("network", "disconnect", stack.network, broker)
+    cut = time.monotonic()
+    try:
+        produce(stack, "job_views", 5_000, seed=4, rate=1000.0)
+        time.sleep(max(0.0, 60 - (time.monotonic() - cut)))
+    finally:
+        stack.docker("network", "connect", "--alias", "kafka-2", stack.network, broker)
+    back = time.monotonic()
+    speed_exact(stack, "job_views")
+    stack.record("broker_partition_recovery_seconds", round(time.monotonic() - back, 1))
+    audit_ok(stack, "job_views")
+
+
+def _running_task(airflow, dag_id: str, run_id: str, suffix: str):
+    for ti in airflow.task_instances(dag_id, run_id):
+        if ti["task_id"].endswith(suffix) and ti["state"] == "running":
+            return ti
+    return None
+
+
+def test_a_spark_worker_killed_during_a_batch_recompute(stack):
+    produce(stack, "job_views", 20_000, seed=5)
+    speed_exact(stack, "job_views")
+    airflow = stack.airflow()
+    run_id = airflow.trigger("loglake_batch")
+    wait_until("the recompute task to run", lambda: _running_task(airflow, "loglake_batch", run_id, "recompute"),
+               600, poll=2)
+    time.sleep(15)  # its Spark application has executors by now
+    killed = time.monotonic()
+    stack.docker("kill", stack.container("spark-worker-1"))
+    run = airflow.wait_run("loglake_batch", run_id, timeout=1200)
+    stack.docker("start", stack.container("spark-worker-1"))
+    assert run["state"] == "success", run
+    stack.record("spark_worker_kill_recovery_seconds", round(time.monotonic() - killed, 1))
+    audit_ok(stack, "job_views")
+    batch_exact(stack, "job_views")
+
+
+def test_an_airflow_worker_killed_during_a_backfill_each_range_once(stack):
+    config = stack.config()
+    ds = config.dataset("job_views")
+    from loglake.kafka.admin import log_bounds
+
+    bounds = log_bounds(config, ds.topic)
+    ranges = [f"{p}:{lo}-{hi}" for p, (lo, hi) in sorted(bounds.items()) if hi > lo][:4]
+    airflow = stack.airflow()
+    run_id = airflow.trigger("loglake_backfill", {"dataset": "job_views", "ranges": ranges})
+    ti = wait_until("the backfill's recompute task to run",
+                    lambda: _running_task(airflow, "loglake_backfill", run_id, "recompute"), 600, poll=2)
+    worker = next(s for s in ("airflow-worker-1", "airflow-worker-2") if s in (ti.get("hostname") or ""))
+    time.sleep(10)
+    killed = time.monotonic()
+    stack.docker("kill", stack.container(worker))
+    run = airflow.wait_run("loglake_backfill", run_id, timeout=1800)
+    stack.docker("start", stack.container(worker))
+    assert run["state"] == "success", run
+    stack.record("airflow_worker_kill_recovery_seconds", round(time.monotonic() - killed, 1))
+    audit_ok(stack, "job_views")
+    batch_exact(stack, "job_views")
+
+
+SPARK_WRITER = textwrap.dedent('''
+    import os, sys
+    from loglake.core.config import load_config
+    from loglake.jobs.launch import spark_conf
+    from pyspark.sql import SparkSession
+    config = load_config("/opt/loglake/conf", profile="cluster")
+    b = SparkSession.builder.master("local[1]").appName("race-spark")
+    for k, v in spark_conf(config).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    path = config.lake_root.replace("/lake", "/race/t")
+    for i in range({n}):
+        spark.createDataFrame([("spark", i)], "who string, i int").write.format("delta").mode("append").save(path)
+    print("DONE spark", flush=True)
+''')
+
+DELTA_RS_WRITER = textwrap.dedent('''
+    import pyarrow as pa
+    from deltalake import write_deltalake, DeltaTable
+    from loglake.core.config import load_config
+    from loglake.core.objectstore import delta_location
+    config = load_config("/opt/loglake/conf", profile="cluster")
+    uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"))
+    for i in range({n}):
+        write_deltalake(uri, pa.table({{"who": ["delta-rs"], "i": pa.array([i], pa.int32())}}), mode="append",
+                        storage_options=options)
+    print("DONE delta-rs", flush=True)
+''')
+
+
+def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
+    n = 15
+    config = stack.config()
+    # The table made first by one writer, so both append to it from the start.
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from loglake.core.objectstore import delta_location
+    uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"))
+    write_deltalake(uri, pa.table({"who": ["init"], "i": pa.array([0], pa.int32())}), storage_options=options)
+    results: dict = {}
+
+    def run(name, script):
+        results[name] = stack.run_in("loglake-init", script.format(n=n), timeout=900)
+
+    threads = [threading.Thread(target=run, args=("spark", SPARK_WRITER)),
+               threading.Thread(target=run, args=("delta-rs", DELTA_RS_WRITER))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, r in results.items():
+        assert f"DONE {name}" in r.stdout, (name, r.stdout[-2000:], r.stderr[-4000:])
+    table = DeltaTable(uri, storage_options=options)
+    rows = table.to_pyarrow_table().to_pylist()
+    assert sorted((r["who"], r["i"]) for r in rows if r["who"] != "init") == sorted(
+        [("spark", i) for i in range(n)] + [("delta-rs", i) for i in range(n)])
+    history = sorted(h["version"] for h in table.history())
+    assert history == list(range(2 * n + 1)), history  # every commit present, versions contiguous
+    stack.record("concurrent_commits", {"each": n, "versions": len(history)})
+
+
+def test_the_whole_stack_restarted_with_its_volumes(stack):
+    stopped = time.monotonic()
+    stack.compose("down")  # volumes kept
+    assert stack.m.up(900) == 0
+    stack.record("restart_up_seconds", round(time.monotonic() - stopped, 1))
+    produce(stack, "job_views", 5_000, seed=6)
+    speed_exact(stack, "job_views")
+    stack.record("restart_recovery_seconds", round(time.monotonic() - stopped, 1))
+    audit_ok(stack, "job_views")
+    stack.record("memory_mib_end", stack.memory_mib())
