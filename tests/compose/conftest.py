@@ -83,7 +83,7 @@ class Stack:
     def airflow(self):
         from loglake.local.airflow_client import AirflowClient
 
-        return AirflowClient(f"{self.m.AIRFLOW_URL}/api/v2", self.m.token("admin"))
+        return AirflowClient(self.m.AIRFLOW_URL, self.m.token("admin"))
 
     def record(self, key: str, value) -> None:
         self.results[key] = value
