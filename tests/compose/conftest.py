@@ -3,7 +3,7 @@
 Collected only when LOGLAKE_TEST_COMPOSE is set (the target sets it): `make test` never starts
 a container. The stack is a compose project of its own (``loglake-test``) on free loopback
 ports, so a `make compose-up` stack beside it is left alone; it is removed with its volumes at
-the end (LOGLAKE_KEEP_STACK=1 keeps it for a look).
+the end (LOGLAKE_KEEP_STACK=1 keeps it for a look; LOGLAKE_REUSE_STACK=1 starts from it).
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def stack():
     os.environ.setdefault("LOGLAKE_TASK_HEARTBEAT_TIMEOUT", "60")
     module = _stack_module()
     s = Stack(module)
-    s.compose("down", "--volumes", check=False)  # a leftover of an interrupted run
+    if not os.environ.get("LOGLAKE_REUSE_STACK"):  # (a stack kept by LOGLAKE_KEEP_STACK, to iterate on a test)
+        s.compose("down", "--volumes", check=False)  # a leftover of an interrupted run
     started = time.monotonic()
     assert module.up(900) == 0, "the stack did not come up healthy (python docker/stack.py compose logs SERVICE)"
     s.record("up_seconds", round(time.monotonic() - started, 1))
