@@ -40,7 +40,7 @@ test-long: setup
 ## figures in .loglake/test-compose/results.json); needs Docker (setup/docker-deps.sh); ~40 min
 test-compose: setup
 	bash setup/docker-deps.sh
-	LOGLAKE_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -p no:xdist -v -x --timeout 3600
+	LOGLAKE_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -v -x --timeout 3600
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
