@@ -7,16 +7,17 @@ the benchmarks (bench/) and the soak scenarios (soak/) share.
   one directory; ``start_broker``
 - ``checks``: a stream caught up with the log, every offset a layer landed exactly once, a
   process crashed on purpose
-- ``commands``: the ``loglake`` command on a config, as an operator types it
+- ``commands``: the ``loglake`` command on a config, as an operator types it; a writer lease
+  held by another process
 - ``workload``: sample data, the ``bench_events`` stream
 - ``machine``: what figures were measured on
 """
 
 from loglake.testing.checks import caught_up, count_exactly_once, landed, sigkill
-from loglake.testing.commands import command_env, config_environment, loglake_command, run_loglake
+from loglake.testing.commands import command_env, config_environment, hold_writer_lease, loglake_command, run_loglake
 from loglake.testing.conf import NO_BROKER, make_config, write_conf
 from loglake.testing.lab import Lab, start_broker
 from loglake.testing.machine import machine
 
-__all__ = ["NO_BROKER", "Lab", "caught_up", "command_env", "config_environment", "count_exactly_once", "landed",
-           "loglake_command", "machine", "make_config", "run_loglake", "sigkill", "start_broker", "write_conf"]
+__all__ = ["NO_BROKER", "Lab", "caught_up", "command_env", "config_environment", "count_exactly_once",
+           "hold_writer_lease", "landed", "loglake_command", "machine", "make_config", "run_loglake", "sigkill", "start_broker", "write_conf"]

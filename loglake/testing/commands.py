@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -31,12 +32,32 @@ def run_loglake(config: Config, *args: str, timeout: float = 600,
                           text=True, timeout=timeout)
 
 
+_HOLD_LEASE = textwrap.dedent('''
+    import sys, time
+    from loglake.core.config import load_config
+    from loglake.ledger.leases import writer
+    config = load_config(sys.argv[1], home=sys.argv[2])
+    with writer(config, "job_views", "maintenance", "run-7") as token:
+        print(token, flush=True)
+        time.sleep(float(sys.argv[3]))
+''')
+
+
+def hold_writer_lease(config: Config, seconds: float,
+                      env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Another process holding ``job_views``' writer lease on ``config`` as maintenance run
+    ``run-7`` for ``seconds``; the process and its lease token (once it holds the lease)."""
+    p = subprocess.Popen([sys.executable, "-c", _HOLD_LEASE, str(config.conf_dir), str(config.home), str(seconds)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    return p, p.stdout.readline().strip()
+
+
 @contextmanager
-def config_environment(config: Config) -> Iterator[None]:
-    """``LOGLAKE_CONF`` and ``LOGLAKE_HOME`` name ``config`` in this process inside the block;
-    what they were is restored after."""
-    saved = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
-    os.environ.update({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment inside the block; what those variables were
+    (or their absence) is restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -45,3 +66,9 @@ def config_environment(config: Config) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def config_environment(config: Config):
+    """``LOGLAKE_CONF`` and ``LOGLAKE_HOME`` name ``config`` in this process inside the block;
+    what they were is restored after."""
+    return environment({"LOGLAKE_CONF": str(config.conf_dir), "LOGLAKE_HOME": str(config.home)})

@@ -14,19 +14,18 @@ import time
 
 import pytest
 
-from loglake.jobs import shared_app
 from loglake.core.config import load_config
+from loglake.core.processes import descendants, wait_for
+from loglake.jobs import shared_app
+from loglake.jobs.launch import start_shared_application
 from loglake.jobs.protocol import JobRequest
 from loglake.kafka.admin import log_bounds
-from loglake.jobs.launch import start_shared_application
-from loglake.ledger.ranges import batch_watermarks, ledger_rows
 from loglake.ledger.leases import DatasetLock, writer
 from loglake.ledger.planning import plan_batch
-from loglake.core.processes import descendants, wait_for
-from loglake.local.produce import produce
-from loglake.testing import write_conf
+from loglake.ledger.ranges import batch_watermarks, ledger_rows
 from loglake.ledger.tables import open_table, query
-from loglake.testing import run_loglake
+from loglake.local.produce import produce
+from loglake.testing import config_environment, run_loglake, write_conf
 
 pytestmark = pytest.mark.integration
 
@@ -37,18 +36,12 @@ def served(tmp_path_factory, kafka_bootstrap):
     root = tmp_path_factory.mktemp("jobserver")
     config = load_config(write_conf(root, kafka_bootstrap), home=root / "state")
     os.environ.pop("LOGLAKE_LOCK_TOKEN", None)
-    env_before = {k: os.environ.get(k) for k in ("LOGLAKE_CONF", "LOGLAKE_HOME")}
-    os.environ.update(LOGLAKE_CONF=str(config.conf_dir), LOGLAKE_HOME=str(config.home))
-    try:
-        start_shared_application(config, wait=240)
-        yield config
-    finally:
-        shared_app.stop(config)
-        for k, v in env_before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with config_environment(config):
+        try:
+            start_shared_application(config, wait=240)
+            yield config
+        finally:
+            shared_app.stop(config)
 
 
 def rows(config, ds, layer: str) -> list[tuple]:

@@ -4,9 +4,6 @@ on the store changed by compare-and-swap (versitygw, a real S3 server), no share
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -16,18 +13,7 @@ import pytest
 from loglake.core import objectstore
 from loglake.core.errors import StreamRunningError, WriterBusyError
 from loglake.ledger import leases, snapshots
-from loglake.testing import make_config
-
-HOLD = textwrap.dedent('''
-    import sys, time
-    from loglake.core.config import load_config
-    from loglake.ledger.leases import writer
-    config = load_config(sys.argv[1], home=sys.argv[2])
-    with writer(config, "job_views", "maintenance", "run-7") as token:
-        print(token, flush=True)
-        time.sleep(float(sys.argv[3]))
-''')
-
+from loglake.testing import hold_writer_lease, make_config
 
 @pytest.fixture
 def store_config(tmp_path, s3_gateway):
@@ -41,10 +27,8 @@ def store_config(tmp_path, s3_gateway):
 def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(store_config):
     config = store_config
     assert config.lock_root.startswith("s3a://")
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(config.conf_dir), str(config.home), "4"],
-                         stdout=subprocess.PIPE, text=True)
+    p, token = hold_writer_lease(config, 4)
     try:
-        token = p.stdout.readline().strip()
         held, _etag = objectstore.get_json(f"{config.lock_root}/job_views.json")
         assert held["token"] == token and held["run_id"] == "run-7"
         with pytest.raises(WriterBusyError, match="maintenance run run-7"):

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -15,17 +12,7 @@ import pytest
 from loglake.ledger import leases
 from loglake.core.config import load_config
 from loglake.core.errors import ConfigError, JobCancelled, WriterBusyError
-from loglake.testing import write_conf
-
-HOLD = textwrap.dedent('''
-    import sys, time
-    from loglake.core.config import load_config
-    from loglake.ledger.leases import writer
-    config = load_config(sys.argv[1], home=sys.argv[2])
-    with writer(config, "job_views", "maintenance", "run-7") as token:
-        print(token, flush=True)
-        time.sleep(float(sys.argv[3]))
-''')
+from loglake.testing import hold_writer_lease, write_conf
 
 
 @pytest.fixture
@@ -33,14 +20,8 @@ def config(tmp_path):
     return load_config(write_conf(tmp_path, "localhost:9"), home=tmp_path / "state")
 
 
-def hold(config, seconds: float, env=None) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(config.conf_dir), str(config.home), str(seconds)],
-                         stdout=subprocess.PIPE, text=True, env=env)
-    return p, p.stdout.readline().strip()
-
-
 def test_a_second_writer_is_refused_naming_the_holder_and_waits_for_it(config):
-    p, token = hold(config, 3)
+    p, token = hold_writer_lease(config, 3)
     try:
         assert token
         held = leases.holders(config, ["job_views", "company_ceos"])
@@ -69,7 +50,7 @@ def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
     when ``cancel`` is set, not when the holder lets go, and it never takes the lease."""
     import threading
 
-    p, token = hold(config, 30)
+    p, token = hold_writer_lease(config, 30)
     try:
         cancel = threading.Event()
         threading.Timer(0.5, cancel.set).start()
@@ -86,7 +67,7 @@ def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
         p.wait()
 
 def test_a_crashed_holder_never_blocks(config):
-    p, _token = hold(config, 300)
+    p, _token = hold_writer_lease(config, 300)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     # Its lease is still there, but its pid is gone: taken at once.
@@ -113,7 +94,7 @@ def test_a_job_of_the_holder_writes_under_its_lease(config):
         assert os.environ[leases.TOKEN_ENV] == token
         # The jobs the holder starts inherit the token: they enter without waiting, and leave
         # the lease to the holder.
-        p, child_token = hold(config, 0, env={**os.environ})
+        p, child_token = hold_writer_lease(config, 0, env={**os.environ})
         p.wait(timeout=30)
         assert child_token == token
         assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "bf-1"
@@ -135,34 +116,21 @@ def test_an_object_store_lake_keeps_its_leases_on_the_store_unless_a_directory_i
     conf = write_conf(tmp_path, "localhost:9")
     profile = conf / "loglake.yaml"
     text = profile.read_text()
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake'}\n", 1))
-    config = load_config(conf, home=tmp_path / "state")
+
+    def load(lake: str):
+        profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {lake}\n", 1))
+        return load_config(conf, home=tmp_path / "state")
+
+    def refused(lake: str, key: str, fragment: str) -> None:
+        with pytest.raises(ConfigError) as e:
+            load(lake)
+        assert e.value.key == f"profiles.test.lake.{key}" and fragment in str(e.value)
+
+    config = load("{root: 's3a://bucket/lake'}")
     assert config.lock_root == "s3a://bucket/lake/_loglake_locks"
     assert config.object_store is not None and config.object_store.endpoint is None  # AWS S3, default chain
 
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3a://bucket/lake', locks: 'hdfs://nn/l'}\n", 1))
-    with pytest.raises(ConfigError) as e:
-        load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.locks" and "neither a directory nor an s3a:// location" in str(e.value)
-
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {root: 's3://bucket/lake'}\n", 1))
-    with pytest.raises(ConfigError) as e:
-        load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.root" and "s3a://bucket/lake" in str(e.value)
-
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {object_store: {endpoint: 'minio:9000'}}\n", 1))
-    with pytest.raises(ConfigError) as e:
-        load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.object_store.endpoint" and "http://host:port" in str(e.value)
-
-    profile.write_text(text.replace("  test:\n", "  test:\n    lake: {object_store: {credentials_file: 's3.ini'}}\n", 1))
-    with pytest.raises(ConfigError) as e:
-        load_config(conf, home=tmp_path / "state")
-    assert e.value.key == "profiles.test.lake.object_store.credentials_file" and "absolute" in str(e.value)
-
-    shared = tmp_path / "shared-mount"
-    profile.write_text(text.replace("  test:\n", f"  test:\n    lake: {{root: 's3a://bucket/lake', locks: '{shared}'}}\n", 1))
-    config = load_config(conf, home=tmp_path / "state")
-    with leases.writer(config, "job_views", "batch", "run-1", wait_seconds=0):
-        assert leases.holders(config, ["job_views"])["job_views"]["operation"] == "batch"
-        assert (shared / "job_views.json").exists()
+    refused("{root: 's3a://bucket/lake', locks: 'hdfs://nn/l'}", "locks", "neither a directory nor an s3a:// location")
+    refused("{root: 's3://bucket/lake'}", "root", "s3a://bucket/lake")
+    refused("{object_store: {endpoint: 'minio:9000'}}", "object_store.endpoint", "http://host:port")
+    refused("{object_store: {credentials_file: 's3.ini'}}", "object_store.credentials_file", "absolute")
