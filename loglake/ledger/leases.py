@@ -38,6 +38,7 @@ import contextvars
 import fcntl
 import json
 import os
+import random
 import socket
 import sys
 import threading
@@ -123,18 +124,26 @@ class _FileSlot:
             text = self._text()
         return _parse(text), text
 
+    def _write(self, value: dict | None) -> None:
+        if value is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(value))
+            tmp.replace(self.path)
+
     def swap(self, value: dict | None, version: str | None) -> bool:
         """Replace the record read as ``version`` by ``value`` (None: remove it); False when it changed since."""
         with self._guarded():
             if self._text() != version:
                 return False
-            if value is None:
-                self.path.unlink(missing_ok=True)
-            else:
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(value))
-                tmp.replace(self.path)
+            self._write(value)
             return True
+
+    def put(self, value: dict | None) -> None:
+        """Write ``value`` (None: remove the record), whatever was there."""
+        with self._guarded():
+            self._write(value)
 
 
 class _ObjectSlot:
@@ -145,12 +154,19 @@ class _ObjectSlot:
         self.uri = f"{root.rstrip('/')}/{name}.json"
 
     def read(self) -> tuple[dict | None, str | None]:
-        value, etag = objectstore.get_json(self.uri)
-        return (value if value and value.get("token") else None), etag
+        """(the record, its ETag), or (None, None)."""
+        return objectstore.get_json(self.uri)
 
     def swap(self, value: dict | None, version: str | None) -> bool:
-        # Freed by a record with no holder (a conditional delete is not in every store's API).
+        """As ``_FileSlot.swap``. A lease is freed by a record with no holder (a conditional
+        delete is not in every store's API)."""
         return objectstore.put_json(self.uri, value or {"released_at": _iso(_now())}, version) is not None
+
+    def put(self, value: dict | None) -> None:
+        if value is None:
+            objectstore.delete(self.uri)
+        else:
+            objectstore.write_json(self.uri, value)
 
 
 def _parse(text: str | None) -> dict | None:
@@ -164,6 +180,12 @@ def _parse(text: str | None) -> dict | None:
 def _slot(config, name: str) -> _FileSlot | _ObjectSlot:
     root = config.lock_root
     return _ObjectSlot(root, name) if objectstore.is_remote(root) else _FileSlot(Path(root), name)
+
+
+def _backoff() -> None:
+    """A short random pause after a lost compare-and-swap, so racing writers (or a store that
+    answers every conditional write with a conflict) do not spin."""
+    time.sleep(random.uniform(0.01, 0.1))
 
 
 class DatasetLock:
@@ -191,9 +213,14 @@ class DatasetLock:
             return not _running(int(holder.get("pid", 0)), holder.get("created"))
         return False
 
+    def _read(self) -> tuple[dict | None, str | None]:
+        """(the holder's record, or None when free or released; its version)."""
+        held, version = self.slot.read()
+        return (held if held and held.get("token") else None), version
+
     def holder(self) -> dict | None:
         """The live holder, or None (a stale lease counts as free)."""
-        held, _version = self.slot.read()
+        held, _version = self._read()
         return None if held is None or self.stale(held) else held
 
     def try_acquire(self, operation: str, run_id: str | None = None,
@@ -201,7 +228,7 @@ class DatasetLock:
         """(token, None, nested): taken, or already held under ``token`` (nested: by a parent);
         (None, holder, False): someone else holds it."""
         while True:
-            held, version = self.slot.read()
+            held, version = self._read()
             if held is not None and not self.stale(held):
                 if token and held.get("token") == token:
                     return token, None, True
@@ -213,24 +240,26 @@ class DatasetLock:
                                "acquired_at": _iso(now),
                                "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)}, version):
                 return mine, None, False
-            # Another writer changed it between our read and our write: read again.
+            _backoff()  # another writer changed it between our read and our write: read again
 
     def renew(self, token: str) -> bool:
         """Extend the lease held under ``token``; False when it is no longer ours (taken after it expired)."""
         while True:
-            held, version = self.slot.read()
+            held, version = self._read()
             if held is None or held.get("token") != token:
                 return False
             now = _now()
             held.update(expires=now + TTL_SECONDS, expires_at=_iso(now + TTL_SECONDS))
             if self.slot.swap(held, version):
                 return True
+            _backoff()
 
     def release(self, token: str) -> None:
         while True:
-            held, version = self.slot.read()
+            held, version = self._read()
             if held is None or held.get("token") != token or self.slot.swap(None, version):
                 return
+            _backoff()
 
 
 def current_token() -> str | None:
@@ -418,42 +447,28 @@ def holders(config, datasets) -> dict[str, dict]:
 PAUSE_TTL_SECONDS = 900.0
 
 
-def _pause_location(config, dataset: str) -> str:
-    return f"{config.lock_root.rstrip('/')}/{dataset}.pause-appends.json"
+def _pause_slot(config, dataset: str) -> _FileSlot | _ObjectSlot:
+    return _slot(config, f"{dataset}.pause-appends")
 
 
 @contextmanager
 def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECONDS) -> Iterator[None]:
     """Ask the speed stream of ``dataset`` to hold its appends while the block runs (see the
     module's docstring). Only the dataset's writer (the lease holder) asks."""
-    where = _pause_location(config, dataset)
+    slot = _pause_slot(config, dataset)
     now = _now()
-    request = {"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
-               "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
-               "expires_at": _iso(now + ttl)}
-    if objectstore.is_remote(where):
-        objectstore.write_json(where, request)
-    else:
-        path = Path(where)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(request))
-        tmp.replace(path)
+    slot.put({"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
+              "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
+              "expires_at": _iso(now + ttl)})
     try:
         yield
     finally:
-        if objectstore.is_remote(where):
-            objectstore.delete(where)
-        else:
-            Path(where).unlink(missing_ok=True)
+        slot.put(None)
 
 
 def appends_pause(config, dataset: str) -> dict | None:
     """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
-    try:
-        request = _parse(objectstore.read_text(_pause_location(config, dataset)))
-    except FileNotFoundError:
-        return None
+    request, _version = _pause_slot(config, dataset).read()
     return None if request is None or DatasetLock.stale(request) else request
 
 
