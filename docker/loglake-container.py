@@ -25,7 +25,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -58,6 +57,7 @@ def kafka_init(wait_seconds: float = 300.0) -> int:
     )
 
     from loglake.core.config import load_config
+    from loglake.core.retrying import retry_transient
 
     config = load_config()
     security = config.kafka.security
@@ -73,19 +73,17 @@ def kafka_init(wait_seconds: float = 300.0) -> int:
     wanted = [("TOPIC", ds.topic, "LITERAL", "ALL") for ds in config.datasets.values()] + list(ACLS)
     bindings = [AclBinding(getattr(ResourceType, rtype), name, getattr(ResourcePatternType, pattern), principal, "*",
                            getattr(AclOperation, op), AclPermissionType.ALLOW) for rtype, name, pattern, op in wanted]
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            for user, fut in admin.alter_user_scram_credentials(upserts, request_timeout=30).items():
-                fut.result(timeout=30)
-            for binding, fut in admin.create_acls(bindings, request_timeout=30).items():
-                fut.result(timeout=30)
-            break
-        except KafkaException as e:
-            if time.monotonic() > deadline:
-                print(f"kafka-init: Kafka refused or did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
-                return 1
-            time.sleep(5)
+    def apply() -> None:
+        for fut in admin.alter_user_scram_credentials(upserts, request_timeout=30).values():
+            fut.result(timeout=30)
+        for fut in admin.create_acls(bindings, request_timeout=30).values():
+            fut.result(timeout=30)
+
+    try:  # the brokers may still be starting
+        retry_transient(apply, what="kafka-init", seconds=wait_seconds, only=KafkaException, base_delay=2, max_delay=5)
+    except KafkaException as e:
+        print(f"kafka-init: Kafka refused or did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
+        return 1
     print(f"kafka-init: users {', '.join(users)}; {principal} allowed: "
           + "; ".join(f"{op} on {rtype.lower()} {name}{'*' if pattern == 'PREFIXED' else ''}"
                       for rtype, name, pattern, op in wanted))
@@ -134,23 +132,20 @@ def airflow_init() -> int:
 def init(wait_seconds: float = 300.0) -> int:
     from loglake.core.config import load_config
     from loglake.core.errors import KafkaUnavailableError
+    from loglake.core.retrying import retry_transient
     from loglake.kafka.admin import ensure_topic
     from loglake.ledger.schemas import check_all
 
     config = load_config()
     ensure_bucket(config)
     check_all(config)
-    deadline = time.monotonic() + wait_seconds
     for ds in config.datasets.values():
-        while True:
-            try:
-                name = ensure_topic(config, ds)
-                break
-            except KafkaUnavailableError as e:
-                if time.monotonic() > deadline:
-                    print(f"init: Kafka did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
-                    return 1
-                time.sleep(5)
+        try:  # the brokers may still be starting
+            name = retry_transient(lambda: ensure_topic(config, ds), what="init", seconds=wait_seconds,
+                                   only=KafkaUnavailableError, base_delay=2, max_delay=5)
+        except KafkaUnavailableError as e:
+            print(f"init: Kafka did not answer within {wait_seconds:.0f}s: {e}", file=sys.stderr)
+            return 1
         print(f"init: topic {name} ({ds.partitions} partitions) ready for dataset {ds.name}")
     return 0
 
