@@ -544,8 +544,8 @@ class ObjectStoreSettings(_Strict):
 
     Every writer commits to it with conditional writes (``If-None-Match: *``): Spark through
     loglake's Delta log store, delta-rs by default, the dataset leases through loglake's own
-    compare-and-swap (``loglake.ledger.leases``). The store must honour them (AWS S3 does, and
-    so do versitygw, MinIO, Ceph RGW and R2)."""
+    compare-and-swap (``loglake.ledger.leases``). The store must honour them: the suite checks
+    versitygw, and AWS documents them for S3; check any other store (docs/limits.md)."""
 
     endpoint: str | None = None          # http(s)://host:port; None: AWS S3 in ``region``
     region: str = "us-east-1"

@@ -35,8 +35,8 @@ import software.amazon.awssdk.services.s3.model.S3Exception;
  *
  * <p>Delta's own {@code S3SingleDriverLogStore} checks that the file is absent and then
  * overwrites it, which is safe only between the writers of one JVM. Set this class as
- * {@code spark.delta.logStore.s3a.impl}; the store must honour conditional writes (AWS S3 does,
- * and so do versitygw, MinIO, Ceph RGW and Cloudflare R2).
+ * {@code spark.delta.logStore.s3a.impl}; the store must honour conditional writes (loglake's
+ * tests check versitygw; AWS documents them for S3; check any other store).
  *
  * <p>Reads and listings are the parent's: S3 lists strongly consistently.
  */
