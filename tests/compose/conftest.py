@@ -68,17 +68,10 @@ class Stack:
 
     def config(self):
         from loglake.core.config import load_config
+        from loglake.testing.commands import environment
 
-        saved = {k: os.environ.get(k) for k in self.env()}
-        os.environ.update(self.env())
-        try:
+        with environment(self.env()):
             return load_config(REPO / "conf", profile="cluster", home=self.env()["LOGLAKE_HOME"])
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     def airflow(self):
         from loglake.local.airflow_client import AirflowClient
@@ -134,8 +127,9 @@ def stack():
 # --- exactness, counted without loglake's own reading code ---------------------------------------
 
 
-def log_offsets(config, topic: str) -> set[tuple[int, int]]:
-    """Every (partition, offset) of a committed record in ``topic``, read from Kafka."""
+def log_records(config, topic: str) -> dict[tuple[int, int], tuple[bytes | None, bool, int]]:
+    """Every committed record of ``topic``, read from Kafka: (partition, offset) → (its key, whether
+    it is a tombstone (no value), its timestamp in ms)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**config.kafka_client_conf(), "group.id": f"test-compose-count-{time.time_ns()}",
@@ -146,7 +140,7 @@ def log_offsets(config, topic: str) -> set[tuple[int, int]]:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in parts}
         consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _hi) in ends.items()])
         todo = {p for p, (lo, hi) in ends.items() if hi > lo}
-        seen: set[tuple[int, int]] = set()
+        seen: dict[tuple[int, int], tuple[bytes | None, bool, int]] = {}
         deadline = time.monotonic() + 300
         while todo and time.monotonic() < deadline:
             msg = consumer.poll(1.0)
@@ -156,7 +150,7 @@ def log_offsets(config, topic: str) -> set[tuple[int, int]]:
                 if msg.error().code() == -191:  # _PARTITION_EOF
                     todo.discard(msg.partition())
                 continue
-            seen.add((msg.partition(), msg.offset()))
+            seen[(msg.partition(), msg.offset())] = (msg.key(), msg.value() is None, msg.timestamp()[1])
             if msg.offset() + 1 >= ends[msg.partition()][1]:
                 todo.discard(msg.partition())
         assert not todo, f"could not read partitions {sorted(todo)} of {topic} to their end"
@@ -179,15 +173,44 @@ def table_offsets(path: str, layer: str | None = None) -> list[tuple[int, int]]:
     return [(r["_partition"], r["_offset"]) for r in t if layer is None or r["_layer"] == layer]
 
 
+def newest_per_key(records: dict[tuple[int, int], tuple[bytes | None, bool, int]]) -> set[tuple[int, int]]:
+    """Of a changelog's records, the (partition, offset) of each key's newest change that is not a
+    tombstone: what its batch table holds. Within a partition offset order decides; a key spread
+    over partitions is ordered by Kafka time (docs: changelog order)."""
+    def newer(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        if a[0] == b[0]:
+            return a[1] > b[1]
+        return (records[a][2], *a) > (records[b][2], *b)
+
+    newest: dict[bytes | None, tuple[int, int]] = {}
+    for at, (key, _tombstone, _ts) in records.items():
+        if key not in newest or newer(at, newest[key]):
+            newest[key] = at
+    return {at for at in newest.values() if not records[at][1]}
+
+
 def count_against_log(config, ds, layer: str = "speed", below: dict[int, int] | None = None) -> dict:
     """Lost, duplicated and unexpected offsets of ``layer`` (its table and its quarantine rows)
-    against the log; ``below``: only offsets under each partition's bound (a batch watermark)."""
-    log = log_offsets(config, ds.topic)
+    against the log; ``below``: only offsets under each partition's bound (a batch watermark).
+
+    Every offset is in the table or the quarantine once, except in a changelog's batch table,
+    which holds each key's newest valid change unless that is a tombstone: there the table must
+    hold exactly those, and every other offset is in the quarantine, superseded or deleted."""
+    records = log_records(config, ds.topic)
     if below is not None:
-        log = {(p, o) for p, o in log if o < below.get(p, 0)}
-    rows = Counter(table_offsets(config.table_path(ds, layer))
-                   + table_offsets(config.table_path(ds, "quarantine"), layer))
+        records = {(p, o): r for (p, o), r in records.items() if o < below.get(p, 0)}
+    log = set(records)
+    table = Counter(table_offsets(config.table_path(ds, layer)))
+    quarantined = Counter(table_offsets(config.table_path(ds, "quarantine"), layer))
     if below is not None:
-        rows = Counter({k: v for k, v in rows.items() if k[1] < below.get(k[0], 0)})
-    return {"log": len(log), "lost": len(log - rows.keys()), "duplicated": sum(v - 1 for v in rows.values() if v > 1),
-            "unexpected": len(rows.keys() - log)}
+        table, quarantined = (Counter({k: v for k, v in c.items() if k[1] < below.get(k[0], 0)})
+                              for c in (table, quarantined))
+    landed = table + quarantined
+    duplicated = sum(v - 1 for v in landed.values() if v > 1)
+    if ds.kind == "changelog" and layer == "batch":
+        expected = newest_per_key({at: r for at, r in records.items() if at not in quarantined})
+        return {"log": len(log), "lost": len(expected - table.keys()), "duplicated": duplicated,
+                "unexpected": len(table.keys() - expected) + len(quarantined.keys() - log),
+                "superseded_or_deleted": len(log - landed.keys() - expected)}
+    return {"log": len(log), "lost": len(log - landed.keys()), "duplicated": duplicated,
+            "unexpected": len(landed.keys() - log)}
