@@ -20,4 +20,5 @@ from loglake.testing.lab import Lab, start_broker
 from loglake.testing.machine import machine
 
 __all__ = ["NO_BROKER", "Lab", "caught_up", "command_env", "config_environment", "count_exactly_once",
-           "hold_writer_lease", "landed", "loglake_command", "machine", "make_config", "run_loglake", "sigkill", "start_broker", "write_conf"]
+           "hold_writer_lease", "landed", "loglake_command", "machine", "make_config", "run_loglake", "sigkill",
+           "start_broker", "write_conf"]

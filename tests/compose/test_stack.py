@@ -201,6 +201,29 @@ def _running_task(airflow, dag_id: str, run_id: str, suffix: str):
     return None
 
 
+WORKER_APPS = textwrap.dedent('''
+    import json, urllib.request
+    for w in ("spark-worker-1", "spark-worker-2"):
+        try:
+            state = json.load(urllib.request.urlopen(f"http://{w}:8081/json/", timeout=10))
+        except OSError:
+            continue
+        print(w, *sorted({e["appdesc"]["name"] for e in state.get("executors", [])}))
+''')
+
+
+def _worker_running(stack, app_prefix: str) -> str | None:
+    """The Spark worker that runs an executor of an application named ``app_prefix…`` (asked of
+    the workers' read-only JSON pages from inside the network)."""
+    r = stack.docker("exec", stack.container("spark-master"), "/opt/loglake/.venv/bin/python", "-c", WORKER_APPS,
+                     check=False, timeout=60)
+    for line in r.stdout.splitlines():
+        worker, *apps = line.split()
+        if any(a.startswith(app_prefix) for a in apps):
+            return worker
+    return None
+
+
 def test_a_spark_worker_killed_during_a_batch_recompute(stack):
     produce(stack, "job_views", 20_000, seed=5)
     speed_exact(stack, "job_views")
@@ -208,13 +231,15 @@ def test_a_spark_worker_killed_during_a_batch_recompute(stack):
     run_id = airflow.trigger("loglake_batch")
     wait_for(lambda: _running_task(airflow, "loglake_batch", run_id, "recompute"), 600, "the recompute task to run",
              interval=2)
-    time.sleep(15)  # its Spark application has executors by now
+    # The worker that runs the recompute's executor.
+    worker = wait_for(lambda: _worker_running(stack, "loglake-batch-"), 300, "the recompute's executor", interval=2)
     killed = time.monotonic()
-    stack.docker("kill", stack.container("spark-worker-1"))
+    stack.docker("kill", stack.container(worker))
     # Down for 30 s, then back, as a host's supervisor brings it back: the two speed streams may
     # hold every core of the other worker, and the recompute then waits for this one.
     time.sleep(30)
-    stack.docker("start", stack.container("spark-worker-1"))
+    stack.docker("start", stack.container(worker))
+    stack.record("spark_worker_killed", worker)
     run = airflow.wait_run("loglake_batch", run_id, timeout=1200)
     assert run["state"] == "success", run
     stack.record("spark_worker_kill_recovery_seconds", round(time.monotonic() - killed, 1))
