@@ -37,18 +37,18 @@ _HOLD_LEASE = textwrap.dedent('''
     from loglake.core.config import load_config
     from loglake.ledger.leases import writer
     config = load_config(sys.argv[1], home=sys.argv[2])
-    with writer(config, "job_views", "maintenance", "run-7") as token:
+    with writer(config, sys.argv[3], "maintenance", "run-7") as token:
         print(token, flush=True)
-        time.sleep(float(sys.argv[3]))
+        time.sleep(float(sys.argv[4]))
 ''')
 
 
-def hold_writer_lease(config: Config, seconds: float,
+def hold_writer_lease(config: Config, dataset: str, seconds: float,
                       env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """Another process holding ``job_views``' writer lease on ``config`` as maintenance run
+    """Another process holding ``dataset``'s writer lease on ``config`` as maintenance run
     ``run-7`` for ``seconds``; the process and its lease token (once it holds the lease)."""
-    p = subprocess.Popen([sys.executable, "-c", _HOLD_LEASE, str(config.conf_dir), str(config.home), str(seconds)],
-                         stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen([sys.executable, "-c", _HOLD_LEASE, str(config.conf_dir), str(config.home), dataset,
+                          str(seconds)], stdout=subprocess.PIPE, text=True, env=env)
     return p, p.stdout.readline().strip()
 
 

@@ -27,7 +27,7 @@ def store_config(tmp_path, s3_gateway):
 def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(store_config):
     config = store_config
     assert config.lock_root.startswith("s3a://")
-    p, token = hold_writer_lease(config, 4)
+    p, token = hold_writer_lease(config, "job_views", 4)
     try:
         held, _etag = objectstore.get_json(f"{config.lock_root}/job_views.json")
         assert held["token"] == token and held["run_id"] == "run-7"

@@ -7,8 +7,7 @@ import os
 import pytest
 
 from loglake.local.produce import produce
-from loglake.testing import run_loglake
-from tests.unit.test_locks import hold
+from loglake.testing import hold_writer_lease, run_loglake
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +19,7 @@ def test_maintenance_waits_for_the_holder_names_it_and_runs_once_it_is_gone(spar
     ds = config.dataset("job_views")
     produce(config, ds, 100, seed=5)
     run_speed(spark, config, ds, available_now=True)  # tables to maintain (the command is tested elsewhere)
-    holder, _token = hold(config, 600)
+    holder, _token = hold_writer_lease(config, "job_views", 600)
     try:
         os.environ["LOGLAKE_WRITER_WAIT_SECONDS"] = "3"
         r = run_loglake(config, "maintain", "job_views")

@@ -21,7 +21,7 @@ def config(tmp_path):
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_waits_for_it(config):
-    p, token = hold_writer_lease(config, 3)
+    p, token = hold_writer_lease(config, "job_views", 3)
     try:
         assert token
         held = leases.holders(config, ["job_views", "company_ceos"])
@@ -50,7 +50,7 @@ def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
     when ``cancel`` is set, not when the holder lets go, and it never takes the lease."""
     import threading
 
-    p, token = hold_writer_lease(config, 30)
+    p, token = hold_writer_lease(config, "job_views", 30)
     try:
         cancel = threading.Event()
         threading.Timer(0.5, cancel.set).start()
@@ -67,7 +67,7 @@ def test_a_writer_waiting_for_the_lease_stops_at_once_when_cancelled(config):
         p.wait()
 
 def test_a_crashed_holder_never_blocks(config):
-    p, _token = hold_writer_lease(config, 300)
+    p, _token = hold_writer_lease(config, "job_views", 300)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     # Its lease is still there, but its pid is gone: taken at once.
@@ -94,7 +94,7 @@ def test_a_job_of_the_holder_writes_under_its_lease(config):
         assert os.environ[leases.TOKEN_ENV] == token
         # The jobs the holder starts inherit the token: they enter without waiting, and leave
         # the lease to the holder.
-        p, child_token = hold_writer_lease(config, 0, env={**os.environ})
+        p, child_token = hold_writer_lease(config, "job_views", 0, env={**os.environ})
         p.wait(timeout=30)
         assert child_token == token
         assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "bf-1"
