@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bench.report import fmt
 from loglake.core.paths import REPO_ROOT
+from loglake.testing.machine import stack_line
 
 # The harness both runs measure with: the benchmarks and the test environment they stand on.
 HARNESS = ("bench", "loglake/testing")
@@ -59,7 +60,8 @@ def _metrics(out: Path) -> tuple[dict, dict]:
 def table(before: Path, after: Path) -> str:
     mb, b = _metrics(before)
     ma, a = _metrics(after)
-    lines = [f"Before: loglake {mb.get('commit')} · after: loglake {ma.get('commit')} · {ma.get('cores')} cores, "
+    lines = [f"Before: loglake {mb.get('commit')} ({stack_line(mb)}) · after: loglake {ma.get('commit')} "
+             f"({stack_line(ma)}) · {ma.get('cores')} cores, "
              f"{ma.get('memory_gib')} GiB, {ma.get('cpu')} · the same harness (bench/ of {ma.get('commit')})", "",
              "| Metric | Before | After | After ÷ before | Goal | Met after |", "|---|---|---|---|---|---|"]
     for mid in sorted(set(b) | set(a), key=lambda m: (m[0], int(m[1:]) if m[1:].isdigit() else 99)):

@@ -29,11 +29,12 @@ from bench.harness import Harness
 from bench.report import draw_chart, table, write_json
 from loglake.core.paths import REPO_ROOT
 from loglake.testing import machine
+from loglake.testing.machine import stack_line
 
 # module → the metrics it reports, in run order. P5, P7, P8 and P9 come from one run of the
 # whole platform (bench.platform_run: Spark stopped first), made by the first of them that runs.
 MODULES = {
-    "bench.speed": ["P1", "P2", "S"],
+    "bench.speed": ["P1", "P2", "P10", "S"],
     "bench.formats": ["F1"],
     "bench.freshness": ["P3"],
     "bench.batch": ["P4"],
@@ -48,7 +49,7 @@ MODULES = {
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated metric ids (P1..P9, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
+    ap.add_argument("--only", help="comma-separated metric ids (P1..P10, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (median reported)")
     ap.add_argument("--quick", action="store_true", help="small data, to try the program out (not comparable)")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"), help="results directory")
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path = out / f"{date}.json"
     previous = json.loads(json_path.read_text()) if wanted and json_path.exists() else {}
     host = machine()
-    machine_line = f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · {date}"
+    machine_line = (f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · "
+                    f"{stack_line(host)} · {date}")
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-"))
     h = Harness(root, repeats=args.repeats, quick=args.quick)

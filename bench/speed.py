@@ -1,4 +1,4 @@
-"""P1, P2 and the scaling curve: the speed layer's sustained records/s beside its references.
+"""P1, P2, P10 and the scaling curve: the speed layer's sustained records/s beside its references.
 
 All on the benchmark dataset (``loglake.testing.workload``: job_views' typed fields padded to a
 record size, 1 in 1,000 records malformed), all on the same topic per configuration:
@@ -13,6 +13,11 @@ record size, 1 in 1,000 records malformed), all on the same topic per configurat
   confluent-kafka → json → the same checks → Arrow → delta-rs append, same flush size.
   CPU-seconds per million records: the loop's process CPU; the speed layer's JVM + driver
   CPU over its whole run (first micro-batch included, so it is an upper bound).
+- P10's reference: the Spark Structured Streaming job a user would write by hand (``hand_job``):
+  the Kafka source, ``from_json`` with the dataset's fields, appended to a Delta table, in the
+  same Spark session with the same micro-batch size and trigger (available-now); no validation,
+  no quarantine, no provenance columns, no position record. Measured as the speed layer is:
+  the steady micro-batches' records ÷ their trigger time, from the query's own progress.
 - Scaling: the speed layer's steady records/s at 1, 2, 4, 8 partitions (1 KB records) and
   at 100 B, 1 KB, 10 KB records (6 partitions).
 """
@@ -24,6 +29,7 @@ import uuid
 
 from bench import pyloop
 from bench.harness import Harness, jvm_pid, median, result
+from loglake.core.contracts import FIELD_TYPES
 from loglake.core.processes import cpu_seconds
 from loglake.testing import workload
 
@@ -97,9 +103,59 @@ class Topic:
         self.h.log(f"  speed run {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
         return run
 
+    def hand_run(self, i: int) -> dict:
+        """One run of ``hand_job`` over the whole topic, from a fresh checkpoint and table."""
+        spark = self.h.spark(self.config("session"))
+        root = self.h.root / f"hand-{self.suffix}-{i}"
+        jvm = jvm_pid(spark)
+        cpu0 = cpu_seconds(jvm) + time.process_time()
+        t0 = time.monotonic()
+        progress = hand_job(spark, self.h.bootstrap, self.topic, self.ds, str(root / "table"),
+                            str(root / "checkpoint"), -(-self.records // BATCHES))
+        wall = time.monotonic() - t0
+        cpu = cpu_seconds(jvm) + time.process_time() - cpu0
+        batches = [(p["batchId"], p["numInputRows"], p["durationMs"]["triggerExecution"])
+                   for p in progress if p["numInputRows"]]
+        total = sum(r for _b, r, _ms in batches)
+        if total != self.records:
+            raise RuntimeError(f"hand-written job run {i} on {self.topic} read {total:,} records, "
+                               f"expected {self.records:,}")
+        steady = batches[1:]
+        records, seconds = sum(r for _b, r, _ms in steady), sum(ms for _b, _r, ms in steady) / 1000
+        run = {"records_per_second": round(records / seconds), "steady_records": records,
+               "steady_seconds": round(seconds, 2), "first_batch_seconds": batches[0][2] / 1000,
+               "batches": [list(b) for b in batches], "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+               "cpu_seconds_per_million": round(cpu / total * 1e6, 1)}
+        self.h.log(f"  hand-written job run {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
+        return run
+
+
+def hand_job(spark, bootstrap: str, topic: str, ds, table: str, checkpoint: str, per_batch: int) -> list[dict]:
+    """P10's reference, as a user would write it: Kafka → ``from_json`` → Delta append, until the
+    topic's end (available-now); the query's progress records."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    schema = ", ".join(f"{name} {FIELD_TYPES[spec.type]}" for name, spec in ds.fields.items())
+    query = (spark.readStream.format("kafka")
+             .option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic)
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", per_batch)
+             .load()
+             .select(F.from_json(F.col("value").cast("string"), schema).alias("v"))
+             .select("v.*")
+             .writeStream.format("delta")
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True)
+             .start(table))
+    query.awaitTermination()
+    return [json.loads(p.json) if hasattr(p, "json") else p for p in query.recentProgress]
+
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
-    want = {m for m in ("P1", "P2", "S") if only is None or m in only}
+    want = {m for m in ("P1", "P2", "P10", "S") if only is None or m in only}
     if not want:
         return []
     scale = 0.2 if h.quick else 1.0
@@ -154,6 +210,28 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                         "title": "CPU cost (speed: whole run incl. first batch)"}]})
         m["summary"] = (f"speed {speed:,.0f} vs loop {loop_rps:,.0f} rec/s; CPU-s per million: speed "
                         f"{speed_cpu}, loop {loop_cpu}")
+        out.append(m)
+
+    if "P10" in want:
+        hands = h.repeat(main.hand_run)
+        hand_rps = median([r["records_per_second"] for r in hands])
+        ratio = speed / hand_rps
+        speed_cpu = median([r["cpu_seconds_per_million"] for r in speed_runs])
+        hand_cpu = median([r["cpu_seconds_per_million"] for r in hands])
+        m = result("P10", "against a hand-written Spark job (speed ÷ Kafka → from_json → Delta)", round(ratio, 3),
+                   "ratio", goal=">= 1.0", met=ratio >= 1.0, reference={"hand-written job records/s": hand_rps},
+                   runs=[{"speed": s, "hand": x} for s, x in zip(speed_runs, hands)],
+                   detail={"speed_records_per_second": speed, "hand_records_per_second": hand_rps,
+                           "speed_cpu_seconds_per_million": speed_cpu, "hand_cpu_seconds_per_million": hand_cpu,
+                           "hand_first_micro_batch_seconds": median([r["first_batch_seconds"] for r in hands])},
+                   chart={"kind": "panels", "panels": [
+                       {"kind": "bar", "labels": ["hand-written Spark job", "loglake speed layer"],
+                        "values": [hand_rps, speed], "ylabel": "records/s (steady state)", "title": "throughput"},
+                       {"kind": "bar", "labels": ["hand-written Spark job", "loglake speed layer"],
+                        "values": [hand_cpu, speed_cpu], "ylabel": "CPU-seconds per million records",
+                        "title": "CPU cost (whole run incl. first batch)"}]})
+        m["summary"] = (f"speed {speed:,.0f} vs hand-written job {hand_rps:,.0f} rec/s; CPU-s per million: speed "
+                        f"{speed_cpu}, hand-written {hand_cpu}")
         out.append(m)
 
     if "S" in want:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.kafka.admin import end_offsets, group_offsets, log_bounds
 from loglake.local.produce import produce
+from loglake.testing import caught_up
 from spark_jobs.streaming import run_speed
 
 pytestmark = pytest.mark.integration
@@ -125,12 +126,13 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     assert newest in by_batch and speed.transaction_version(
         f"loglake-speed-{ds.name}-{json.loads((Path(config.checkpoint_path(ds)) / 'metadata').read_text())['id']}"
     ) < newest  # Delta's own record stopped at the query's first micro-batch
-    commits = Path(config.checkpoint_path(ds)) / "commits"
-    for done in (commits / str(newest), commits / f".{newest}.crc"):  # the crash: not recorded as done
-        done.unlink(missing_ok=True)
+    crash_before_done(config, ds, newest)
     version = speed.version()
     run_speed(spark, config, ds, available_now=True)
     assert open_table(config.table_path(ds, "speed")).version() == version  # the replay appended nothing
+    # The position the replay committed is recorded in Kafka again (a continuous stream with
+    # nothing new after the replay: tests/reliability/test_faults.py's R1).
+    assert caught_up(config, ds, end_offsets(config, ds.topic))
     # `loglake history` names every micro-batch, the ones without Delta's txn action too.
     from loglake.ledger.history import table_history
 
@@ -139,6 +141,47 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     if ds.kind == "changelog":
         assert read(spark, config, ds, "speed").select("_partition", "_offset").distinct().count() == res.good
         return
+    assert_exactly_once(spark, config, ds, res.good, res.bad)
+
+
+def crash_before_done(config, ds, batch_id: int) -> None:
+    """What a crash after micro-batch ``batch_id``'s commits leaves: the checkpoint without its
+    record as done, and the stream's position in Kafka not recorded (rewound to 0)."""
+    from pathlib import Path
+
+    from loglake.kafka.admin import PositionCommitter
+
+    commits = Path(config.checkpoint_path(ds)) / "commits"
+    for done in (commits / str(batch_id), commits / f".{batch_id}.crc"):
+        done.unlink(missing_ok=True)
+    rewound = PositionCommitter(config, ds.consumer_group, ds.topic)
+    rewound.submit({p: 0 for p in range(ds.partitions)})
+    assert rewound.close() and not caught_up(config, ds, end_offsets(config, ds.topic))
+
+
+def test_a_running_stream_that_replayed_a_micro_batch_records_its_position_with_nothing_new(spark, make_config):
+    # The stream as `loglake speed start` runs it (spark-submit, a processing-time trigger),
+    # started on a checkpoint a crash left with its last micro-batch undone and nothing after
+    # it in the log: it replays the micro-batch (Spark 4.1.1's Kafka source then fails its
+    # progress report, SPARK-55271: the stream starts its query again) and records the position.
+    from loglake.core.processes import Managed, wait_for
+    from loglake.jobs.launch import job_env, spark_submit
+    from loglake.speed.streams import SpeedStream
+
+    config = make_config(speed={"max_offsets_per_trigger": 60, "trigger_interval": "1 second"})
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 200, bad_fraction=0.1, seed=37, progress=False)
+    last = run_speed(spark, config, ds, available_now=True)
+    crash_before_done(config, ds, max(last["_batches"]))
+    ends = end_offsets(config, ds.topic)
+    proc = Managed(config.home, "speed-job_views")
+    proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
+    try:
+        wait_for(lambda: caught_up(config, ds, ends), 180, "the stream to record the replayed micro-batch's position",
+                 0.5, log=proc)
+        assert proc.pid() is not None  # running, not failed
+    finally:
+        proc.stop(timeout=10)
     assert_exactly_once(spark, config, ds, res.good, res.bad)
 
 

@@ -118,7 +118,7 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
             // S3A's request factory: the bucket's encryption, ACL and storage class settings apply.
             PutObjectRequest.Builder request = fs.getRequestFactory()
                 .newPutObjectRequestBuilder(key, PutObjectOptions.keepingDirs(), body.length, false);
-            // SDK 2.24.6 (hadoop-aws 3.4.1's) has no ifNoneMatch(): the header goes on as is,
+            // Set as a header (SDK 2.24.6, hadoop-aws 3.4.1's, had no ifNoneMatch()): it goes on as is,
             // beside whatever override S3A set (its timeouts).
             AwsRequestOverrideConfiguration current = request.overrideConfiguration();
             AwsRequestOverrideConfiguration.Builder override =
