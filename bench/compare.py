@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only the 'before' or the 'after' run, or only write the table of both")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / f"compare-{dt.date.today().isoformat()}"))
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs go on in other directories (the clone)
     codes = [0]
     if args.side in ("both", "before"):
         tmp = Path(tempfile.mkdtemp(prefix="loglake-before-"))
