@@ -83,16 +83,28 @@ class Topic:
         config = self.config(f"run{i}")
         ds = config.dataset(workload.DATASET)
         spark = self.h.spark(config)
+        return self._timed(i, "speed run", spark,
+                           lambda: run_speed(spark, config, ds, available_now=True)["_batches"])
+
+    def hand_run(self, i: int) -> dict:
+        """One run of ``hand_job`` over the whole topic, from a fresh checkpoint and table."""
+        spark, root = self.h.spark(), self.h.root / f"hand-{self.suffix}-{i}"
+        return self._timed(i, "hand-written job run", spark, lambda: hand_job(
+            spark, self.h.bootstrap, self.topic, self.ds, str(root / "table"), str(root / "checkpoint"),
+            -(-self.records // BATCHES)))
+
+    def _timed(self, i: int, what: str, spark, go) -> dict:
+        """``go()`` (→ batch id: (records, trigger ms)) timed: the steady micro-batches' records/s,
+        wall and CPU (the driver JVM's and this process')."""
         jvm = jvm_pid(spark)
         cpu0 = cpu_seconds(jvm) + time.process_time()
         t0 = time.monotonic()
-        last = run_speed(spark, config, ds, available_now=True)
+        batches = sorted(go().items())
         wall = time.monotonic() - t0
         cpu = cpu_seconds(jvm) + time.process_time() - cpu0
-        batches = sorted(last["_batches"].items())
         total = sum(r for _b, (r, _ms) in batches)
         if total != self.records:
-            raise RuntimeError(f"speed run {i} on {self.topic} covered {total:,} records, expected {self.records:,}")
+            raise RuntimeError(f"{what} {i} on {self.topic} covered {total:,} records, expected {self.records:,}")
         steady = batches[1:]
         records = sum(r for _b, (r, _ms) in steady)
         seconds = sum(ms for _b, (_r, ms) in steady) / 1000
@@ -100,42 +112,16 @@ class Topic:
                "steady_seconds": round(seconds, 2), "first_batch_seconds": batches[0][1][1] / 1000,
                "batches": [[b, r, ms] for b, (r, ms) in batches], "wall_seconds": round(wall, 2),
                "cpu_seconds": round(cpu, 2), "cpu_seconds_per_million": round(cpu / total * 1e6, 1)}
-        self.h.log(f"  speed run {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
-        return run
-
-    def hand_run(self, i: int) -> dict:
-        """One run of ``hand_job`` over the whole topic, from a fresh checkpoint and table."""
-        spark = self.h.spark(self.config("session"))
-        root = self.h.root / f"hand-{self.suffix}-{i}"
-        jvm = jvm_pid(spark)
-        cpu0 = cpu_seconds(jvm) + time.process_time()
-        t0 = time.monotonic()
-        progress = hand_job(spark, self.h.bootstrap, self.topic, self.ds, str(root / "table"),
-                            str(root / "checkpoint"), -(-self.records // BATCHES))
-        wall = time.monotonic() - t0
-        cpu = cpu_seconds(jvm) + time.process_time() - cpu0
-        batches = [(p["batchId"], p["numInputRows"], p["durationMs"]["triggerExecution"])
-                   for p in progress if p["numInputRows"]]
-        total = sum(r for _b, r, _ms in batches)
-        if total != self.records:
-            raise RuntimeError(f"hand-written job run {i} on {self.topic} read {total:,} records, "
-                               f"expected {self.records:,}")
-        steady = batches[1:]
-        records, seconds = sum(r for _b, r, _ms in steady), sum(ms for _b, _r, ms in steady) / 1000
-        run = {"records_per_second": round(records / seconds), "steady_records": records,
-               "steady_seconds": round(seconds, 2), "first_batch_seconds": batches[0][2] / 1000,
-               "batches": [list(b) for b in batches], "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
-               "cpu_seconds_per_million": round(cpu / total * 1e6, 1)}
-        self.h.log(f"  hand-written job run {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
+        self.h.log(f"  {what} {i}: {run['records_per_second']:,} rec/s steady, batches {run['batches']}")
         return run
 
 
-def hand_job(spark, bootstrap: str, topic: str, ds, table: str, checkpoint: str, per_batch: int) -> list[dict]:
+def hand_job(spark, bootstrap: str, topic: str, ds, table: str, checkpoint: str, per_batch: int) -> dict:
     """P10's reference, as a user would write it: Kafka → ``from_json`` → Delta append, until the
-    topic's end (available-now); the query's progress records."""
-    import json
-
+    topic's end (available-now); its micro-batches (``spark_jobs.streaming.query_batches``)."""
     from pyspark.sql import functions as F
+
+    from spark_jobs.streaming import query_batches
 
     schema = ", ".join(f"{name} {FIELD_TYPES[spec.type]}" for name, spec in ds.fields.items())
     query = (spark.readStream.format("kafka")
@@ -151,7 +137,31 @@ def hand_job(spark, bootstrap: str, topic: str, ds, table: str, checkpoint: str,
              .trigger(availableNow=True)
              .start(table))
     query.awaitTermination()
-    return [json.loads(p.json) if hasattr(p, "json") else p for p in query.recentProgress]
+    return query_batches(query, topic)
+
+
+def against(mid: str, title: str, speed: float, speed_runs: list[dict], refs: list[dict], *, key: str, label: str,
+            noun: str, reference: str, ylabel: str, cpu_title: str, detail: dict | None = None) -> dict:
+    """A ratio metric: the speed layer's steady records/s ÷ a reference's (``refs``: its runs, each
+    with records_per_second and cpu_seconds_per_million), with both CPU costs."""
+    ref_rps = median([r["records_per_second"] for r in refs])
+    ratio = speed / ref_rps
+    speed_cpu = median([r["cpu_seconds_per_million"] for r in speed_runs])
+    ref_cpu = median([r["cpu_seconds_per_million"] for r in refs])
+    labels = [label, "loglake speed layer"]
+    m = result(mid, title, round(ratio, 3), "ratio", goal=">= 1.0", met=ratio >= 1.0, reference={reference: ref_rps},
+               runs=[{"speed": s, key: r} for s, r in zip(speed_runs, refs)],
+               detail={"speed_records_per_second": speed, f"{key}_records_per_second": ref_rps,
+                       "speed_cpu_seconds_per_million": speed_cpu, f"{key}_cpu_seconds_per_million": ref_cpu,
+                       **(detail or {})},
+               chart={"kind": "panels", "panels": [
+                   {"kind": "bar", "labels": labels, "values": [ref_rps, speed], "ylabel": ylabel,
+                    "title": "throughput"},
+                   {"kind": "bar", "labels": labels, "values": [ref_cpu, speed_cpu],
+                    "ylabel": "CPU-seconds per million records", "title": cpu_title}]})
+    m["summary"] = (f"speed {speed:,.0f} vs {noun} {ref_rps:,.0f} rec/s; CPU-s per million: speed {speed_cpu}, "
+                    f"{noun.split()[0]} {ref_cpu}")
+    return m
 
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
@@ -192,47 +202,18 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         flush = -(-main.records // BATCHES)
         loops = h.repeat(lambda i: pyloop.run(h.bootstrap, main.topic, main.ds, str(h.root / f"pyloop-{i}"),
                                               main.records, flush))
-        loop_rps = median([r["records_per_second"] for r in loops])
-        ratio = speed / loop_rps
-        speed_cpu = median([r["cpu_seconds_per_million"] for r in speed_runs])
-        loop_cpu = median([r["cpu_seconds_per_million"] for r in loops])
-        m = result("P2", "against the simple alternative (speed ÷ Python loop)", round(ratio, 3), "ratio",
-                   goal=">= 1.0", met=ratio >= 1.0, reference={"Python loop records/s": loop_rps},
-                   runs=[{"speed": s, "loop": l} for s, l in zip(speed_runs, loops)],
-                   detail={"speed_records_per_second": speed, "loop_records_per_second": loop_rps,
-                           "speed_cpu_seconds_per_million": speed_cpu, "loop_cpu_seconds_per_million": loop_cpu,
-                           "flush_records": flush},
-                   chart={"kind": "panels", "panels": [
-                       {"kind": "bar", "labels": ["Python loop", "loglake speed layer"], "values": [loop_rps, speed],
-                        "ylabel": "records/s", "title": "throughput"},
-                       {"kind": "bar", "labels": ["Python loop", "loglake speed layer"],
-                        "values": [loop_cpu, speed_cpu], "ylabel": "CPU-seconds per million records",
-                        "title": "CPU cost (speed: whole run incl. first batch)"}]})
-        m["summary"] = (f"speed {speed:,.0f} vs loop {loop_rps:,.0f} rec/s; CPU-s per million: speed "
-                        f"{speed_cpu}, loop {loop_cpu}")
-        out.append(m)
+        out.append(against("P2", "against the simple alternative (speed ÷ Python loop)", speed, speed_runs, loops,
+                           key="loop", label="Python loop", noun="loop", reference="Python loop records/s",
+                           ylabel="records/s", cpu_title="CPU cost (speed: whole run incl. first batch)",
+                           detail={"flush_records": flush}))
 
     if "P10" in want:
         hands = h.repeat(main.hand_run)
-        hand_rps = median([r["records_per_second"] for r in hands])
-        ratio = speed / hand_rps
-        speed_cpu = median([r["cpu_seconds_per_million"] for r in speed_runs])
-        hand_cpu = median([r["cpu_seconds_per_million"] for r in hands])
-        m = result("P10", "against a hand-written Spark job (speed ÷ Kafka → from_json → Delta)", round(ratio, 3),
-                   "ratio", goal=">= 1.0", met=ratio >= 1.0, reference={"hand-written job records/s": hand_rps},
-                   runs=[{"speed": s, "hand": x} for s, x in zip(speed_runs, hands)],
-                   detail={"speed_records_per_second": speed, "hand_records_per_second": hand_rps,
-                           "speed_cpu_seconds_per_million": speed_cpu, "hand_cpu_seconds_per_million": hand_cpu,
-                           "hand_first_micro_batch_seconds": median([r["first_batch_seconds"] for r in hands])},
-                   chart={"kind": "panels", "panels": [
-                       {"kind": "bar", "labels": ["hand-written Spark job", "loglake speed layer"],
-                        "values": [hand_rps, speed], "ylabel": "records/s (steady state)", "title": "throughput"},
-                       {"kind": "bar", "labels": ["hand-written Spark job", "loglake speed layer"],
-                        "values": [hand_cpu, speed_cpu], "ylabel": "CPU-seconds per million records",
-                        "title": "CPU cost (whole run incl. first batch)"}]})
-        m["summary"] = (f"speed {speed:,.0f} vs hand-written job {hand_rps:,.0f} rec/s; CPU-s per million: speed "
-                        f"{speed_cpu}, hand-written {hand_cpu}")
-        out.append(m)
+        out.append(against("P10", "against a hand-written Spark job (speed ÷ Kafka → from_json → Delta)", speed,
+                           speed_runs, hands, key="hand", label="hand-written Spark job", noun="hand-written job",
+                           reference="hand-written job records/s", ylabel="records/s (steady state)",
+                           cpu_title="CPU cost (whole run incl. first batch)",
+                           detail={"hand_first_micro_batch_seconds": median([r["first_batch_seconds"] for r in hands])}))
 
     if "S" in want:
         by_size = {KB: speed}

@@ -402,9 +402,9 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
 
 def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool, topic: str | None,
                progress_file: Path | None, lease: StreamLease) -> dict | None:
+    run = dict(available_now=available_now, topic=topic, progress_file=progress_file, lease=lease)
     try:
-        return _run_query(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file,
-                          lease=lease)
+        return _run_query(spark, config, ds, **run)
     except Exception as e:
         if not is_replay_metrics_failure(e):
             raise
@@ -412,12 +412,11 @@ def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_no
     # building its progress report: started again, it goes on from the next micro-batch.
     print(f"loglake: speed {ds.name}: the micro-batch replayed after a crash is committed; Spark's Kafka source "
           f"failed to report it (SPARK-55271), starting the stream again", file=sys.stderr, flush=True)
-    return _run_query(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file,
-                      lease=lease)
+    return _run_query(spark, config, ds, **run)
 
 
 def is_replay_metrics_failure(e: BaseException) -> bool:
-    """Spark 4.1.1's Kafka source (SPARK-55271, fixed after 4.1.1): a query's first micro-batch,
+    """Spark 4.1.1's Kafka source (SPARK-55271, docs/stack.md): a query's first micro-batch,
     when it replays one its checkpoint had planned (no ``latestOffset`` call before it), fails
     in ``KafkaMicroBatchStream.metrics`` after its commit was recorded."""
     text = str(e)
@@ -452,10 +451,16 @@ def _run_query(spark: SparkSession, config: Config, ds: Dataset, *, available_no
         if not recorder.positions.close():
             print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
                   f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
-    batches = {}  # batch id → (records, trigger ms), from the query's own record
+    return {**json.loads(last_json), "_batches": query_batches(query, topic or ds.topic)}
+
+
+def query_batches(query: StreamingQuery, topic: str) -> dict[int, tuple[int, int]]:
+    """Batch id → (records of ``topic``, trigger ms) of a query's recent micro-batches that read
+    any, from the query's own record."""
+    batches = {}
     for p in query.recentProgress:
         p = json.loads(p.json) if hasattr(p, "json") else p
-        records = batch_records(p, topic or ds.topic)
+        records = batch_records(p, topic)
         if records:
             batches[p["batchId"]] = (records, p.get("durationMs", {}).get("triggerExecution", 0))
-    return {**json.loads(last_json), "_batches": batches}
+    return batches

@@ -171,12 +171,17 @@ def pyspark_jars() -> tuple[Path | None, dict[str, str]]:
     if spec is None or not spec.submodule_search_locations:
         return None, {}
     shipped_dir = Path(list(spec.submodule_search_locations)[0]) / "jars"
-    shipped = {}
-    for p in shipped_dir.glob("*.jar"):
+    return shipped_dir, jar_versions(shipped_dir)
+
+
+def jar_versions(d: Path) -> dict[str, str]:
+    """The jars in ``d``, name -> version (``kafka_2.13-4.1.1.jar``: ``kafka_2.13`` -> ``4.1.1``)."""
+    out = {}
+    for p in d.glob("*.jar"):
         m = _JAR_NAME.match(p.name)
         if m:
-            shipped[m["name"]] = m["version"]
-    return shipped_dir, shipped
+            out[m["name"]] = m["version"]
+    return out
 
 
 def check_spark_set(jar_names: list[str]) -> list[str]:

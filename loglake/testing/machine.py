@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +12,13 @@ from pathlib import Path
 import psutil
 
 from loglake.core.paths import REPO_ROOT, jar_dir
+from loglake.local.jars import jar_versions
 
-# The stack's parts: (name in the results, PyPI distribution) and (name, jar set, jar name prefix).
+# The stack's parts: (name in the results, PyPI distribution) and (name, jar set, artifact).
 _PACKAGES = [("pyspark", "pyspark"), ("delta-spark", "delta-spark"), ("airflow", "apache-airflow"),
              ("confluent-kafka", "confluent-kafka"), ("deltalake", "deltalake")]
-_JARS = [("spark-sql-kafka", "spark", "spark-sql-kafka-0-10_2.13-"), ("delta-spark jar", "spark", "delta-spark_2.13-"),
-         ("kafka broker", "kafka", "kafka_2.13-")]
+_JARS = [("spark-sql-kafka", "spark", "spark-sql-kafka-0-10_2.13"), ("delta-spark jar", "spark", "delta-spark_2.13"),
+         ("kafka broker", "kafka", "kafka_2.13")]
 
 
 def stack() -> dict:
@@ -30,10 +30,8 @@ def stack() -> dict:
             out[name] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             out[name] = "-"
-    for name, kind, prefix in _JARS:
-        found = [re.sub(r"\.jar$", "", p.name[len(prefix):]) for p in sorted(jar_dir(kind).glob(prefix + "*.jar"))
-                 if re.match(r"\d", p.name[len(prefix):])]
-        out[name] = found[0] if found else "-"
+    for name, kind, artifact in _JARS:
+        out[name] = jar_versions(jar_dir(kind)).get(artifact, "-")
     return out
 
 

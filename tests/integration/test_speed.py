@@ -174,6 +174,8 @@ def test_a_running_stream_that_replayed_a_micro_batch_records_its_position_with_
     last = run_speed(spark, config, ds, available_now=True)
     crash_before_done(config, ds, max(last["_batches"]))
     ends = end_offsets(config, ds.topic)
+    # The job itself, not under the supervisor (SpeedStream.start): a restart of the whole job
+    # by the supervisor would hide whether the stream's own restart works.
     proc = Managed(config.home, "speed-job_views")
     proc.start(spark_submit(config, SpeedStream(config, ds).request(False)), env=job_env(config))
     try:
