@@ -26,12 +26,13 @@ jars: $(STAMP)
 	$(PY) -m loglake.local.objectstore
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
-## broker and Spark session), but the long fault scenarios (marked `long`: make test-long)
+## broker and Spark session), but the tests marked `long` (make test-long)
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m "not long"
 
-## test-long: the long fault scenarios at CI size (R2, R3, R4, R7, broker kills under the position
-## record, the local cluster's leader and worker kills), ~10 min
+## test-long: the tests marked `long`: the long fault scenarios at CI size (R2, R3, R4, R6, R7, broker
+## kills, the local cluster's leader and worker kills) and end-to-end runs whose parts make test
+## covers elsewhere (docs/testing.md), ~15 min
 test-long: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m long
 

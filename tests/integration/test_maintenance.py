@@ -191,6 +191,9 @@ def test_conflicts_are_retried_with_a_bound_and_counted(spark):
     assert calls.count(2) == 1
 
 
+# make test-long only; make test covers its parts: maintenance beside readers: test_snapshots; expiry by the
+# watermark: the expiry test above.
+@pytest.mark.long
 def test_loglake_maintain_on_a_changelog_keeps_its_state_and_view(spark, make_config):
     config = make_config(datasets={"company_ceos": {"maintenance": {"zorder_by": ["company_id", "ceo"]}}})
     ds = config.dataset("company_ceos")

@@ -222,6 +222,9 @@ def _apps(cluster_: LocalCluster) -> Counter:
         return Counter(a["name"] for a in json.load(r).get("completedapps", []))
 
 
+# make test-long only; make test covers its parts: Airflow's batch DAG: test_dags; jobs on the cluster: the
+# executors test here and test_secure_cluster.
+@pytest.mark.long
 def test_airflow_runs_batch_and_maintenance_on_the_cluster(cluster, airflow_db):
     """Airflow's tasks spark-submit to the standalone master: the batch run's recompute and
     quality gate, and maintenance, are applications of the cluster; the tables stay exact."""

@@ -51,6 +51,9 @@ def report(name: str, run) -> None:
     print(line)
 
 
+# make test-long only; make test covers its parts: backfill ranges end to end: test_cli's backfill test; the
+# DAG's params at the edge: the invalid-backfill test below.
+@pytest.mark.long
 def test_backfill_recomputes_exactly_the_requested_ranges(make_config, airflow_db):
     config = make_config()
     ds = config.dataset("job_views")
@@ -143,8 +146,11 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     assert again.tasks["dataset.recompute", -1]["state"] == "skipped"
     published = [r for r in ledger_rows(config, ds) if r["state"] == "published"]
     assert len(published) == len([e for e in ends.values() if e])
-    # The maintenance DAG: test_cluster's test_airflow_runs_batch_and_maintenance_on_the_cluster.
+    # The maintenance DAG: test_cluster's test_airflow_runs_batch_and_maintenance_on_the_cluster (make test-long).
 
+# make test-long only; make test covers its parts: the quality gate failing and keeping the watermark:
+# test_quality; a failed Spark task in Airflow: test_retries.
+@pytest.mark.long
 def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_watermark(make_config, airflow_db):
     config = make_config(datasets={"job_views": {"quality": [
         {"expectation": "expect_column_values_to_be_between", "column": "duration_ms",
@@ -164,6 +170,9 @@ def test_a_failing_fail_expectation_fails_the_quality_task_and_keeps_the_waterma
     assert airflow_db.asset_events(run.run_id) == []
 
 
+# make test-long only; make test covers its parts: replay in both layers: test_replay; the replay DAG's params
+# at the edge: test_ui.
+@pytest.mark.long
 def test_replay_dag_moves_the_records_of_its_reason_code_that_the_loosened_conf_accepts(spark, make_config,
                                                                                        airflow_db):
     import json
