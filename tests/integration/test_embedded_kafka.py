@@ -62,8 +62,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> lis
     return values
 
 
-# make test-long only; make test covers its parts: a broker restart; the embedded broker's start and status:
-# the tests below and test_cli.
+# make test-long only: a fault scenario (the broker stopped and started again); the embedded broker's start
+# and status are in make test (the tests below and test_cli).
 @pytest.mark.long
 def test_records_survive_restart(kafka):
     kafka.start()

@@ -132,8 +132,8 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
     assert not [r for r in ledger_rows(config, ds) if r["run_id"] == "cancelled-run"]
 
 
-# make test-long only; make test covers its parts: a fault scenario; jobs in the shared application: the other
-# tests here.
+# make test-long only: a fault scenario (the application killed mid-job); jobs in the shared application are
+# in make test (the other tests here).
 @pytest.mark.long
 def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(served):
     config = served

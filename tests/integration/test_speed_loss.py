@@ -17,8 +17,8 @@ from spark_jobs.streaming import run_speed
 pytestmark = pytest.mark.integration
 
 
-# make test-long only; make test covers its parts: a fault scenario (R3's one-off speed run); retention loss
-# in the batch layer: test_batch.
+# make test-long only: a fault scenario (R3's one-off speed run); retention loss in the batch layer is in
+# make test (test_batch).
 @pytest.mark.long
 def test_a_one_off_speed_run_past_deleted_offsets_fails_plainly_then_resumes_after_accept_loss(spark, make_config):
     config = make_config()

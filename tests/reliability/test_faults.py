@@ -51,8 +51,8 @@ def test_r5_every_kind_of_odd_record_lands_where_its_reason_says(lab):
     assert out.records == 3000 and out.faults == 250
 
 
-# make test-long only; make test covers its parts: a fault scenario; a range recomputed twice is identical:
-# test_batch.
+# make test-long only: a fault scenario (a recompute killed mid-write); a range recomputed twice being
+# identical is in make test (test_batch).
 @pytest.mark.long
 def test_r6_a_range_recomputed_twice_once_killed_mid_write_is_identical(lab):
     out = recompute_killed(lab, records=3000)

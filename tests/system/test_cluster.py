@@ -223,7 +223,8 @@ def _apps(cluster_: LocalCluster) -> Counter:
 
 
 # make test-long only; make test covers its parts: Airflow's batch DAG: test_dags; jobs on the cluster: the
-# executors test here and test_secure_cluster.
+# executors test here and test_secure_cluster; maintenance jobs: test_maintenance. The maintenance DAG itself
+# runs only here.
 @pytest.mark.long
 def test_airflow_runs_batch_and_maintenance_on_the_cluster(cluster, airflow_db):
     """Airflow's tasks spark-submit to the standalone master: the batch run's recompute and

@@ -148,6 +148,7 @@ def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, air
     assert len(published) == len([e for e in ends.values() if e])
     # The maintenance DAG: test_cluster's test_airflow_runs_batch_and_maintenance_on_the_cluster (make test-long).
 
+
 # make test-long only; make test covers its parts: the quality gate failing and keeping the watermark:
 # test_quality; a failed Spark task in Airflow: test_retries.
 @pytest.mark.long

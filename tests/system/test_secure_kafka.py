@@ -316,9 +316,6 @@ def test_pipeline_through_the_secure_broker(secure):
 
 
 
-# make test-long only; make test covers its parts: the batch jobs through this broker:
-# test_pipeline_through_the_secure_broker; Airflow's batch DAG: test_dags.
-@pytest.mark.long
 def test_a_batch_dag_run_by_airflow_through_the_secure_broker(secure, airflow_db):
     """The batch layer through the secured broker: the DAG's recompute of every offset so far,
     then loglake audit from the command line."""
