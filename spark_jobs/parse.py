@@ -14,13 +14,15 @@ from datetime import datetime, timedelta, timezone
 from functools import reduce
 from typing import Sequence
 
+from py4j.java_gateway import JavaClass
 from pyspark import SparkContext
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.classic.column import Column as JvmColumn
 
 from loglake.core import contracts
 from loglake.core.config import Dataset, FieldSpec
-from loglake.core.errors import KafkaUnavailableError
+from loglake.core.errors import KafkaUnavailableError, SetupError
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import read_records
 from spark_jobs import decode
@@ -224,6 +226,27 @@ def _keep(key: tuple, projections: tuple[list, list, list]) -> tuple[list, list,
 # the bad fraction: 10 M malformed records in a row are two numbers, not a 10 M list.
 EXACT_BAD_LIMIT = 1_000_000
 
+# The quarantined records of a pass ride to the driver in its observation while they are at
+# most this many rows and bytes (io.loglake.spark.BoundedCollect, jvm/spark-ext): the
+# quarantine is then written from them, with no second pass over the range and no read by the
+# driver. Beyond, the aggregate keeps only a count (the driver's memory stays bounded).
+CARRY_ROWS = 10_000
+CARRY_BYTES = 16 << 20
+# What rides: a quarantine row but its layer (the writer adds it).
+CARRIED = contracts.Contract(tuple(c for c in contracts.QUARANTINE.columns if c.name != "_layer"))
+
+
+def _carry(bad: Column) -> Column:
+    """The bounded aggregate of the quarantine rows of the records ``bad`` marks."""
+    jvm = SparkContext._jvm
+    agg = getattr(jvm, "io.loglake.spark.BoundedCollect") if jvm is not None else None
+    if not isinstance(agg, JavaClass):
+        raise SetupError("loglake's Spark extension (io.loglake.spark.BoundedCollect) is not on this Spark "
+                         "session's class path: the spark jar set lacks loglake-spark-ext.jar; run `make setup`")
+    made = {"reason_code": F.col("_reason.code"), "reason": F.col("_reason.message")}
+    row = F.when(bad, F.struct(*(made.get(c, F.col(c)).alias(c) for c in CARRIED.names)))
+    return JvmColumn(agg.column(row._jc, CARRIED.ddl, CARRY_ROWS, CARRY_BYTES))
+
 
 def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partitions: Sequence[int] = (),
             exact: bool = True) -> tuple[DataFrame, Observation]:
@@ -231,12 +254,15 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
 
     After the first action on the returned frame (or one derived from it), the
     observation's ``get`` holds ``records`` (valid), ``quarantined`` and, per range ``i``
-    of ``ranges``, ``records_<i>`` and ``quarantined_<i>``; and where the quarantined
-    records are, for ``bad_records``: ``bad`` ("p:o,p:o,...", ``exact``) or, per partition in
-    ``partitions``, ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded).
+    of ``ranges``, ``records_<i>`` and ``quarantined_<i>``; ``carried``: the quarantined
+    rows themselves while they are few (``CARRY_ROWS``, ``CARRY_BYTES``; ``quarantined``
+    writes them); and where the quarantined records are, for ``bad_records`` when they are
+    more: ``bad`` ("p:o,p:o,...", ``exact``) or, per partition in ``partitions``,
+    ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded).
     """
     bad = F.col("_reason").isNotNull()
-    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined")]
+    metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
+               _carry(bad).alias("carried")]
     if exact:
         # "p:o,p:o,...": a string crosses Py4J in one piece, a list of rows would not.
         metrics.append(F.concat_ws(",", F.collect_list(F.when(bad, F.concat_ws(":", "_partition", "_offset"))))
@@ -259,6 +285,22 @@ DRIVER_READ_LIMIT = 1_000
 # The driver reads on from one quarantined offset to the next when the offsets it would read
 # in all are at most this many (a few per cent malformed in a micro-batch), else it seeks.
 DRIVER_READ_SPAN = 200_000
+
+
+def quarantined(raw: DataFrame, counts: dict, ds: Dataset, layer: str, config=None,
+                topic: str | None = None) -> DataFrame:
+    """The quarantine rows of a pass that ``counted`` saw quarantine some: those its observation
+    carried when they are all there (as many as it counted: a task run twice would have given
+    more), else the records ``bad_records`` reads again, validated again."""
+    carried = counts["carried"]["rows"] if counts.get("carried") is not None else None
+    if carried is not None and len(carried) == counts["quarantined"]:
+        return _carried_rows(raw.sparkSession, carried, layer)
+    return quarantine_rows(validate(bad_records(raw, counts, config, topic), ds), layer)
+
+
+def _carried_rows(spark: SparkSession, rows: list, layer: str) -> DataFrame:
+    at = contracts.QUARANTINE.names.index("_layer")
+    return spark.createDataFrame([(*r[:at], layer, *r[at:]) for r in rows], contracts.QUARANTINE.ddl)
 
 
 def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = None) -> DataFrame:

@@ -82,7 +82,8 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
         n = observation.get
     else:
-        # The quarantine is rewritten by a second pass, over the bad offsets only, when there are some.
+        # The quarantine is rewritten from the rows the first pass carried (a few), else by a
+        # second pass over the bad offsets only, when there are some.
         predicate = range_predicate(ranges)
         with phases("read_validate_write"):
             _replace(valid, ds, batch_path, predicate)
@@ -90,8 +91,7 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
         where = f"_layer = 'batch' AND ({predicate})"
         with phases("quarantine"):
             if n["quarantined"]:
-                bad = parse.validate(parse.bad_records(raw, n, config, ds.topic), ds)
-                _replace(parse.quarantine_rows(bad, "batch"), ds, quarantine_path, where, pause)
+                _replace(parse.quarantined(raw, n, ds, "batch", config, ds.topic), ds, quarantine_path, where, pause)
             elif delta_io.table_exists(spark, quarantine_path):
                 delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
             else:

@@ -40,9 +40,10 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
-    counting the quarantined ones; only when there are some does a second pass (which
-    re-reads the batch but validates only the quarantined offsets the first one noted)
-    append them to quarantine. No cache: a micro-batch never sits in memory twice. Changelogs
+    counting the quarantined ones and carrying them to the driver while they are few
+    (``parse.counted``); those are then appended to quarantine. Only beyond that bound does a
+    second pass (which re-reads the batch but validates only the quarantined offsets the
+    first one noted) append them. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
     a crash whose valid rows had landed skips the count (the append would be skipped, so
     nothing would be counted) and appends its quarantine unless that landed too. Only a
@@ -89,9 +90,9 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                                        app_id, batch_id, meta, ds.stats_columns, checked=checked)
             counts = observation.get
             if counts["quarantined"]:
-                bad = parse.validate(parse.bad_records(batch, counts, config, topic or ds.topic), ds)
-                delta_io.append_idempotent(parse.quarantine_rows(bad, "speed"), quarantine_path, app_id, batch_id, meta,
-                                           ds.stats_columns, checked=checked)
+                bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
+                delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
+                                           checked=checked)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,

@@ -42,6 +42,8 @@ def cache_home() -> Path:
 
 # loglake's own Delta log store for s3a:// tables (jvm/s3-logstore's <finalName>), in the s3 set.
 LOGSTORE_JAR = "loglake-s3-logstore.jar"
+# loglake's Spark extension (jvm/spark-ext's <finalName>), in the spark set.
+SPARK_EXT_JAR = "loglake-spark-ext.jar"
 
 
 def jar_dir(kind: str) -> Path:

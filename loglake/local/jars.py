@@ -4,7 +4,8 @@ Sets, each described by a POM in ``setup/`` and copied into ``jar_dir(kind)`` (u
 the cache, outside the repo):
 
 - ``kafka``: the embedded KRaft broker (``loglake.local.broker``);
-- ``spark``: what PySpark 4.0.0 lacks for Kafka -> Delta (passed as ``spark.jars``);
+- ``spark``: what PySpark lacks for Kafka -> Delta, and loglake's Spark extension
+  (``io.loglake.spark.BoundedCollect``) built from ``jvm/spark-ext`` (passed as ``spark.jars``);
 - ``registry``: the embedded schema registry (Apicurio Registry, ``loglake.local.schema_registry``),
   a Quarkus application built from its Maven Central jars into ``quarkus-app/``;
 - ``s3``: an ``s3a://`` lake's: hadoop-aws and the AWS SDK bundle it calls, and loglake's Delta
@@ -32,15 +33,22 @@ import time
 from pathlib import Path
 
 from loglake.core.errors import SetupError
-from loglake.core.paths import LOGSTORE_JAR, REPO_ROOT, cache_home, jar_dir
+from loglake.core.paths import LOGSTORE_JAR, REPO_ROOT, SPARK_EXT_JAR, cache_home, jar_dir
 
 KINDS = ("kafka", "spark", "registry", "s3")
 CENTRAL = "https://repo.maven.apache.org/maven2"
 STAMP = ".loglake-stamp"  # not *.jar, so paths.jars() never lists it
 
-# loglake's own Delta log store for s3a:// tables, built into the s3 set.
+# loglake's own jars, each built by Maven from its project into a set: the Delta log store for
+# s3a:// tables into the s3 set, the Spark extension into the spark set.
 LOGSTORE_PROJECT = REPO_ROOT / "jvm" / "s3-logstore"
-_BUILD = ".build"  # the log store's Maven build dir, inside the temporary jar dir
+SPARK_EXT_PROJECT = REPO_ROOT / "jvm" / "spark-ext"
+_BUILD = ".build"  # an own jar's Maven build dir, inside the temporary jar dir
+
+
+def own_jar(kind: str) -> tuple[Path, str] | None:
+    """The project and jar name of loglake's own jar in set ``kind`` (None: the set is only resolved)."""
+    return {"s3": (LOGSTORE_PROJECT, LOGSTORE_JAR), "spark": (SPARK_EXT_PROJECT, SPARK_EXT_JAR)}.get(kind)
 
 # Spark's parent POM declares a repository unreachable from here; mirroring every
 # repository to Central avoids slow failed look-ups (FIELD-NOTES.md).
@@ -100,17 +108,20 @@ def mvn_args(kind: str, settings: Path, out: Path) -> list[str]:
 
 def build_args(kind: str, settings: Path, out: Path) -> list[str] | None:
     """The Maven run that builds loglake's own jar of ``kind`` under ``out`` (None: the set has none)."""
-    if kind != "s3":
+    own = own_jar(kind)
+    if own is None:
         return None
-    return [*_mvn(settings, LOGSTORE_PROJECT / "pom.xml"), "package", f"-Dbuild.dir={out / _BUILD}"]
+    return [*_mvn(settings, own[0] / "pom.xml"), "package", f"-Dbuild.dir={out / _BUILD}"]
 
 
 def own_sources(kind: str) -> list[Path]:
     """The files of loglake's own jar in ``kind`` (its project's POM and sources); [] for a set
     only resolved."""
-    if kind != "s3":
+    own = own_jar(kind)
+    if own is None:
         return []
-    return [LOGSTORE_PROJECT / "pom.xml", *sorted(p for p in (LOGSTORE_PROJECT / "src").rglob("*") if p.is_file())]
+    project = own[0]
+    return [project / "pom.xml", *sorted(p for p in (project / "src").rglob("*") if p.is_file())]
 
 
 def built(kind: str, d: Path) -> list[Path]:
@@ -126,8 +137,9 @@ def stamp_value(kind: str) -> str:
     rebuilds it)."""
     h = hashlib.sha256(pom_path(kind).read_bytes())
     h.update(" ".join(mvn_args(kind, Path("S"), Path("O"))).encode())
+    own = own_jar(kind)
     for f in own_sources(kind):
-        h.update(b"\0" + str(f.relative_to(LOGSTORE_PROJECT)).encode() + b"\0" + f.read_bytes())
+        h.update(b"\0" + str(f.relative_to(own[0])).encode() + b"\0" + f.read_bytes())
     build = build_args(kind, Path("S"), Path("O"))
     if build:
         h.update(b"\0" + " ".join(build).encode())
@@ -293,10 +305,11 @@ def _run_maven(cmd: list[str], log: Path) -> int:
 
 
 def _build_own_jar(kind: str, cmd: list[str], tmp: Path, log: Path) -> None:
-    """Build loglake's jar of ``kind`` (the s3 set's log store) and move it beside the resolved jars."""
+    """Build loglake's jar of ``kind`` (``own_jar``) and move it beside the resolved jars."""
+    project, name = own_jar(kind)
     start = log.stat().st_size
     rc = _run_maven(cmd, log)
-    jar = tmp / _BUILD / LOGSTORE_JAR
+    jar = tmp / _BUILD / name
     if rc != 0 or not jar.is_file():
         with log.open(errors="replace") as fh:
             fh.seek(start)
@@ -305,10 +318,10 @@ def _build_own_jar(kind: str, cmd: list[str], tmp: Path, log: Path) -> None:
         said = next((line.removeprefix("[ERROR]").strip() for line in output.splitlines()
                      if line.startswith("[ERROR]") and ".java:[" in line), "") or maven_error(output)
         raise SetupError(
-            f"Maven could not build {LOGSTORE_PROJECT} (for the {kind} jar set)\n"
+            f"Maven could not build {project} (for the {kind} jar set)\n"
             f"  Maven said: {said or f'(nothing; mvn exited with {rc})'}\n  Maven log: {log}"
         )
-    jar.rename(tmp / LOGSTORE_JAR)
+    jar.rename(tmp / name)
     shutil.rmtree(tmp / _BUILD)
 
 

@@ -63,10 +63,12 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     assert plan_batch(config, ds).empty
 
 
-def test_quarantined_records_read_by_the_driver_equal_a_second_spark_pass(spark, make_config, monkeypatch):
-    """A run's few quarantined records are read again by a Kafka client in the driver, not by a
-    second Spark pass over the range: the quarantine rows are the same, byte for byte, as the
-    Spark pass gives (which a run with more of them than ``DRIVER_READ_LIMIT`` uses)."""
+def test_quarantined_records_carried_read_by_the_driver_and_by_a_second_pass_are_the_same(spark, make_config,
+                                                                                         monkeypatch):
+    """A run's few quarantined records ride to the driver in its first pass's observation
+    (``parse.CARRY_ROWS``); more are read again by a Kafka client in the driver (up to
+    ``DRIVER_READ_LIMIT``), more still by a second Spark pass over the range. The quarantine
+    rows are the same, byte for byte, whichever way they came."""
     from spark_jobs import parse
 
     config = make_config()
@@ -74,16 +76,21 @@ def test_quarantined_records_read_by_the_driver_equal_a_second_spark_pass(spark,
     res = produce(config, ds, 1500, bad_fraction=0.04, seed=57)
     plan = plan_batch(config, ds)
     q_path = config.table_path(ds, "quarantine")
-    read = []
-    real = parse._read_in_driver
-    monkeypatch.setattr(parse, "_read_in_driver", lambda *a: read.append(1) or real(*a))
-    assert run_batch(spark, config, ds, plan, "driver").quarantined == res.bad > 0
-    assert read == [1]
-    by_driver = row_hashes(spark, q_path)
+    read, passes = [], []
+    real_read, real_pass = parse._read_in_driver, parse.only_offsets
+    monkeypatch.setattr(parse, "_read_in_driver", lambda *a: read.append(1) or real_read(*a))
+    monkeypatch.setattr(parse, "only_offsets", lambda *a: passes.append(1) or real_pass(*a))
+    assert run_batch(spark, config, ds, plan, "carried").quarantined == res.bad > 0
+    assert (read, passes) == ([], [])  # neither: the first pass carried them
+    carried = row_hashes(spark, q_path)
+    monkeypatch.setattr(parse, "CARRY_ROWS", res.bad - 1)  # one too many to carry
+    assert run_batch(spark, config, ds, plan, "driver").quarantined == res.bad
+    assert (read, passes) == ([1], [])
+    assert row_hashes(spark, q_path) == carried
     monkeypatch.setattr(parse, "DRIVER_READ_LIMIT", 0)
     assert run_batch(spark, config, ds, plan, "spark-pass").quarantined == res.bad
-    assert read == [1]  # the Spark pass this time
-    assert row_hashes(spark, q_path) == by_driver and len(by_driver) == res.bad
+    assert (read, passes) == ([1], [1])
+    assert row_hashes(spark, q_path) == carried and len(carried) == res.bad
 
 
 def test_the_driver_reads_few_records_spread_over_many_1kb_records_within_its_time(make_config):

@@ -1,18 +1,20 @@
 """A flood of malformed records keeps the driver's memory bounded (issue 11, item 7).
 
-Both layers note where the quarantined records of a pass are so that a second pass parses
+Both layers carry the few quarantined records of a pass to the driver in its observation
+(up to ``parse.CARRY_ROWS``), and beyond note where they are so that a second pass parses
 only those. Noting every bad offset on the driver grows with the flood; above
-``parse.EXACT_BAD_LIMIT`` offsets a pass notes one window per partition instead. The limit
-is lowered here so a small flood takes the bounded path; the tables must come out exact.
+``parse.EXACT_BAD_LIMIT`` offsets a pass notes one window per partition instead. Both limits
+are lowered here so a small flood takes the bounded path; the tables must come out exact.
 """
 
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
 
 from loglake.ledger.planning import plan_batch
-from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
+from loglake.local.produce import produce
 from spark_jobs import parse
 from spark_jobs.recompute import run_batch
 from spark_jobs.streaming import run_speed
@@ -35,6 +37,7 @@ def observed(monkeypatch):
 
     monkeypatch.setattr(parse, "counted", spy)
     monkeypatch.setattr(parse, "EXACT_BAD_LIMIT", 100, raising=False)
+    monkeypatch.setattr(parse, "CARRY_ROWS", 100)
     return seen
 
 
@@ -46,10 +49,15 @@ def flood(config, ds):
 
 def assert_bounded(observations):
     assert observations
+    gave_up = 0
     for obs in observations:
-        values = obs.get
+        values = dict(obs.get)
+        rows = values.pop("carried")["rows"]
         assert "bad" not in values  # no per-record list on the driver
         assert len(repr(values)) < 2000, values
+        assert rows is None or len(rows) <= parse.CARRY_ROWS  # carried only below the bound
+        gave_up += rows is None
+    assert gave_up, "the flood passed the carrying bound in some pass"
 
 
 def quarantined(config, ds, layer):
@@ -79,3 +87,27 @@ def test_speed_flood_passes_through_quarantine_with_bounded_driver_memory(spark,
     assert len(rows) == len({(r["_partition"], r["_offset"]) for r in rows}) == FLOOD
     assert all(r["reason_code"] for r in rows)
     assert_bounded(observed)
+
+
+def test_a_pass_carries_its_bad_rows_up_to_the_bound_in_bytes(spark, monkeypatch):
+    """The carried rows stop at ``CARRY_BYTES`` as at ``CARRY_ROWS``, over tasks merged in any
+    order: below the bound, exactly the bad rows; beyond, none, but still their count."""
+    df = spark.range(40, numPartitions=4).select(
+        F.lit("t").alias("_topic"), F.lit(0).alias("_partition"), F.col("id").alias("_offset"),
+        F.current_timestamp().alias("_kafka_timestamp"), F.lit(None).cast("binary").alias("key"),
+        F.expr("unhex(repeat('ab', 1000))").alias("value"),
+        F.when(F.col("id") % 2 == 0, F.struct(F.lit("bad_json").alias("code"), F.lit("x").alias("message")))
+        .alias("_reason"))
+
+    def carried():
+        observed, obs = parse.counted(df, exact=False)
+        observed.collect()
+        return obs.get["quarantined"], obs.get["carried"]
+
+    n, c = carried()
+    assert n == c["seen"] == 20 and sorted(r["_offset"] for r in c["rows"]) == list(range(0, 40, 2))
+    assert {bytes(r["value"]) for r in c["rows"]} == {b"\xab" * 1000} and {r["reason_code"] for r in c["rows"]} == {
+        "bad_json"}
+    monkeypatch.setattr(parse, "CARRY_BYTES", 10_000)  # ten of the twenty
+    n, c = carried()
+    assert n == c["seen"] == 20 and c["rows"] is None
