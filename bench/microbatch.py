@@ -1,6 +1,6 @@
 """Where a small speed micro-batch's time goes: the profile behind P3 and P6 (not in ``make bench``).
 
-    .venv/bin/python -m bench.microbatch [--records 60] [--batches 40]
+    .venv/bin/python -m bench.microbatch [--records 60] [--batches 40] [--bad-fraction 0.01]
 
 The real speed layer (``spark_jobs.streaming.run_speed``, available-now, in-process) runs over
 ``--batches`` micro-batches of ``--records`` job_views events (6 partitions) on a broker and
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from bench.harness import Harness
 
-STEPS = {"spark_jobs.speed": ["process_batch", "wait_while_paused"],
-         "spark_jobs.delta_io": ["append_idempotent", "committed_version"],
-         "spark_jobs.parse": ["validate", "counted", "apply_transform", "bad_records"]}
+STEPS = {"spark_jobs.streaming": ["process_batch", "wait_while_paused"],
+         "spark_jobs.delta_io": ["append_idempotent", "append_arrow", "committed_version"],
+         "spark_jobs.parse": ["validate", "counted", "apply_transform", "quarantined", "bad_records"]}
 
 
 def _timed_steps() -> dict[str, list[float]]:
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=60, help="events per micro-batch (maxOffsetsPerTrigger)")
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--bad-fraction", type=float, default=0.0, help="malformed share of the events")
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     root = Path(tempfile.mkdtemp(prefix="loglake-microbatch-"))
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
         config = h.config("microbatch", speed={"max_offsets_per_trigger": args.records})
         ds = config.dataset("job_views")
-        produce(config, ds, args.records * args.batches, seed=6, progress=False)
+        produce(config, ds, args.records * args.batches, seed=6, progress=False, bad_fraction=args.bad_fraction)
         spark = h.spark(config)
         times = _timed_steps()
         t0 = time.monotonic()
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         for (site, what), secs in sorted(_jobs(spark).items(), key=lambda kv: -sum(kv[1])):
             print(f"  {len(secs):4d} {sum(secs):7.2f} {1000 * statistics.median(secs):7.0f}  {site}: {what}")
         print(json.dumps({"records_per_batch": args.records, "trigger_ms": trigger,
-                          "steps_median_ms": {k: round(1000 * statistics.median(v), 1) for k, v in times.items()}}))
+                          "steps_median_ms": {k: round(1000 * statistics.median(v), 1) for k, v in times.items()},
+                          "steps_ms": {k: [round(1000 * x) for x in v] for k, v in times.items()}}))
     finally:
         h.close()
         shutil.rmtree(root, ignore_errors=True)

@@ -30,6 +30,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
+from loglake.core.objectstore import delta_location
 from loglake.core.retrying import attempts_made
 from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY, stream_batch
 from loglake.ledger.tables import open_table
@@ -185,6 +186,34 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     if checked:
         writer = writer.option("txnAppId", app_id).option("txnVersion", version)
     writer.save(path)
+
+
+def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | None = None, *,
+                 checked: bool = True) -> bool:
+    """``append_idempotent`` for a few rows the driver holds (a pyarrow Table of the table's
+    columns): the same commit — its ``userMetadata``, its SetTransaction (app_id, version) —
+    made by delta-rs, with no Spark job. A small append to a table costs delta-rs tens of
+    milliseconds against Spark's hundreds (a speed micro-batch's quarantine append: CHANGELOG,
+    issue 26). ``checked``: skipped when (app_id, version) already landed (read from the log
+    first: one writer per app id, as ``append_idempotent``'s callers are). False when there is
+    no table at ``path`` yet: the caller appends with Spark, which creates it."""
+    from deltalake import CommitProperties, Transaction, write_deltalake  # deferred: only the speed layer's few rows
+    from deltalake.exceptions import TableNotFoundError
+
+    if checked:
+        landed = committed_version(path, app_id)
+        if landed is not None and landed >= version:
+            return True
+    uri, options = delta_location(path)
+    props = CommitProperties(custom_metadata={"userMetadata": json.dumps(stream_metadata(app_id, version, metadata),
+                                                                         sort_keys=True)},
+                             app_transactions=[Transaction(app_id=app_id, version=version)])
+    try:
+        write_deltalake(uri, rows, mode="append", schema_mode="merge", storage_options=options,
+                        commit_properties=props)
+    except TableNotFoundError:
+        return False
+    return True
 
 
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

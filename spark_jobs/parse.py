@@ -292,10 +292,38 @@ def quarantined(raw: DataFrame, counts: dict, ds: Dataset, layer: str, config=No
     """The quarantine rows of a pass that ``counted`` saw quarantine some: those its observation
     carried when they are all there (as many as it counted: a task run twice would have given
     more), else the records ``bad_records`` reads again, validated again."""
-    carried = counts["carried"]["rows"] if counts.get("carried") is not None else None
-    if carried is not None and len(carried) == counts["quarantined"]:
+    carried = _carried(counts)
+    if carried is not None:
         return _carried_rows(raw.sparkSession, carried, layer)
     return quarantine_rows(validate(bad_records(raw, counts, config, topic), ds), layer)
+
+
+def carried_arrow(counts: dict, layer: str):
+    """The quarantine rows a pass carried (``counted``), as a pyarrow Table of the quarantine's
+    columns; None when it did not carry them all (``quarantined`` then reads them again)."""
+    import pyarrow as pa  # deferred: only a pass with quarantined records needs it
+
+    rows = _carried(counts)
+    if rows is None:
+        return None
+    names = CARRIED.names
+    at = names.index("_kafka_timestamp")
+    out = []
+    for r in rows:
+        values = dict(zip(names, r))
+        # pyspark hands timestamps over as naive local times; the table's are UTC instants.
+        ts = r[at]
+        values["_kafka_timestamp"] = ts.astimezone(timezone.utc) if ts is not None else None
+        values["_layer"] = layer
+        out.append(values)
+    return pa.Table.from_pylist(out, schema=contracts.QUARANTINE.arrow_schema())
+
+
+def _carried(counts: dict) -> list | None:
+    """The rows ``counted``'s observation carried, when it carried every quarantined one (a task
+    run twice would have given more); else None."""
+    rows = counts["carried"]["rows"] if counts.get("carried") is not None else None
+    return rows if rows is not None and len(rows) == counts["quarantined"] else None
 
 
 def _carried_rows(spark: SparkSession, rows: list, layer: str) -> DataFrame:

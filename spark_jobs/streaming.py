@@ -41,7 +41,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
 
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones and carrying them to the driver while they are few
-    (``parse.counted``); those are then appended to quarantine. Only beyond that bound does a
+    (``parse.counted``); those are then appended to quarantine by delta-rs (a Spark commit
+    costs a few hundred milliseconds more). Only beyond that bound does a
     second pass (which re-reads the batch but validates only the quarantined offsets the
     first one noted) append them. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
@@ -90,9 +91,14 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                                        app_id, batch_id, meta, ds.stats_columns, checked=checked)
             counts = observation.get
             if counts["quarantined"]:
-                bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
-                delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
-                                           checked=checked)
+                # The few carried rows go in by delta-rs (no Spark job: this commit is a micro-batch's
+                # second); more, or no table yet, by Spark.
+                carried = parse.carried_arrow(counts, "speed")
+                if carried is None or not delta_io.append_arrow(carried, quarantine_path, app_id, batch_id, meta,
+                                                                checked=checked):
+                    bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
+                    delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
+                                               checked=checked)
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -56,6 +58,40 @@ def test_speed_lands_every_offset_once(spark, make_config):
     more = produce(config, ds, 500, bad_fraction=0.2, seed=12)
     run_speed(spark, config, ds, available_now=True)
     assert_exactly_once(spark, config, ds, res.good + more.good, res.bad + more.bad)
+
+
+def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes_with_spark(spark, make_config):
+    """A micro-batch's few quarantined rows ride to the driver in its observation and are
+    appended by delta-rs (``delta_io.append_arrow``); a recompute writes its own from the same
+    records with Spark. The rows are the same but for ``_layer`` (timestamps included: the
+    driver's naive local times become the same UTC instants), and Spark reads delta-rs' commits
+    as its own, the stream's batch id with them."""
+    from deltalake import DeltaTable
+
+    from loglake.ledger.planning import plan_batch
+    from loglake.ledger.snapshots import STREAM_KEY, stream_batch
+    from spark_jobs.recompute import run_batch
+
+    config = make_config()
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 1200, bad_fraction=0.05, seed=13)
+    run_speed(spark, config, ds, available_now=True)
+    q_path = config.table_path(ds, "quarantine")
+    engines = [c.get("engineInfo", "") for c in DeltaTable(q_path).history() if STREAM_KEY in c.get("userMetadata", "")]
+    assert engines and all(e.startswith("delta-rs") for e in engines), engines  # the stream's appends
+    speed_path = config.table_path(ds, "speed")
+    app = next(json.loads(c["userMetadata"])[STREAM_KEY] for c in DeltaTable(speed_path).history()
+               if STREAM_KEY in c.get("userMetadata", ""))
+    assert stream_batch(q_path, app) == stream_batch(speed_path, app) == 0  # one micro-batch, in both
+    run_batch(spark, config, ds, plan_batch(config, ds), "batch")
+    quarantine = read(spark, config, ds, "quarantine")
+    cols = sorted(c for c in quarantine.columns if c != "_layer")
+
+    def rows(layer):
+        return sorted(r[0] for r in quarantine.where(F.col("_layer") == layer)
+                      .select(F.sha2(F.to_json(F.struct(*cols)), 256)).collect())
+
+    assert rows("speed") == rows("batch") and len(rows("speed")) == res.bad > 0
 
 
 def test_rerun_with_nothing_new_changes_nothing(spark, make_config):
