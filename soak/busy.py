@@ -78,9 +78,18 @@ class BusyOutcome(Outcome):
     info: list[str] = field(default_factory=list)  # what happened, for the results file
     queries: int = 0
     runs: list[dict] = field(default_factory=list)
+    # Each query's (start, end), seconds since the scenario's start (as a run's ``at``).
+    query_windows: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "info": self.info, "queries": self.queries, "runs": self.runs}
+        return {**super().to_dict(), "info": self.info, "queries": self.queries, "runs": self.runs,
+                "query_windows": self.query_windows}
+
+    def runs_without_a_query(self) -> list[dict]:
+        """The batch and maintenance runs no query of the reader overlapped: the scenario's
+        claim is that the serving view was read (and exact) while each of them wrote."""
+        return [r for r in self.runs
+                if not any(a < r["at"] + r["seconds"] and b > r["at"] for a, b in self.query_windows)]
 
 
 @dataclass
@@ -347,6 +356,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
                 continue
             out.queries += 1
             seconds.append(time.monotonic() - q0)
+            out.query_windows.append((round(q0 - t0[0], 1), round(time.monotonic() - t0[0], 1)))
             found = check_snapshot(rows, earliest, previous)
             if found.problems:
                 out.lost += found.lost

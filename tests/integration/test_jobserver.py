@@ -138,6 +138,8 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
 def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(served):
     config = served
     ds = config.dataset("company_ceos")
+    # Records of its own: alone (make test-long) no other test of this module made the topic.
+    produce(config, ds, 30, seed=25, progress=False)
     plan = plan_batch(config, ds)
     answers = []
     with writer(config, ds.name, "test holds the lease", export=False):

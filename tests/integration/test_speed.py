@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -92,6 +93,20 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
                       .select(F.sha2(F.to_json(F.struct(*cols)), 256)).collect())
 
     assert rows("speed") == rows("batch") and len(rows("speed")) == res.bad > 0
+
+    # delta-rs checkpoints where Spark would (every 10th version), not at its own 100th.
+    from spark_jobs.delta_io import append_arrow
+    from spark_jobs.parse import CARRIED, carried_arrow
+
+    one = {"carried": {"rows": [tuple(r[c] for c in CARRIED.names) for r in quarantine.limit(1).collect()]},
+           "quarantined": 1}
+    version = DeltaTable(q_path).version()
+    for batch_id in range(1, 12):
+        assert append_arrow(carried_arrow(one, "speed"), q_path, "checkpoint-test", batch_id)
+    assert DeltaTable(q_path).version() == version + 11
+    checkpoints = sorted(p.name for p in Path(q_path, "_delta_log").glob("*.checkpoint.parquet"))
+    assert [v for v in (int(n.split(".")[0]) for n in checkpoints) if v > version] == [
+        v for v in range(version + 1, version + 12) if v % 10 == 0]
 
 
 def test_rerun_with_nothing_new_changes_nothing(spark, make_config):

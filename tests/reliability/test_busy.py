@@ -29,7 +29,9 @@ def test_r4_busy_platform_every_query_exact_stream_never_fails_files_drop(tmp_pa
     kinds = [r["kind"] for r in out.runs]
     assert kinds.count("maintain") >= 1 and kinds.count("batch") >= 1, out.runs
     assert out.faults == len(out.runs)
-    assert out.queries >= 15, out.to_dict()
+    # The reader read the serving view while each writer ran (a count of queries would depend on
+    # how fast the machine is: 10 of them took 18.8 s each beside test_cluster in make test-long).
+    assert out.queries and not out.runs_without_a_query(), out.to_dict()
     assert out.records >= SMALL["rate"] * SMALL["minutes"] * 60, out.records
     # The speed table's active files dropped at every maintenance run's OPTIMIZE (a note otherwise).
     assert all(r["optimize"]["speed"] for r in out.runs if r["kind"] == "maintain"), out.runs
