@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager, nullcontext
-from typing import Callable, ContextManager, Sequence, TypeVar
+from typing import Callable, ContextManager, Mapping, Sequence, TypeVar
 
 # The translation of Delta's JVM conflict exceptions into these Python types is installed by
 # importing ``delta.exceptions.captured`` (delta-spark 4.0 no longer does it when
@@ -161,11 +161,39 @@ def columns_of(df: DataFrame, names: list[str] | None = None) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields if names is None or f.name in names}
 
 
-def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = None) -> None:
+# The table properties of a table delta-rs appends to (``append_arrow``; the speed layer sets them
+# on its quarantine table as it starts): a checkpoint every 10th version, as Spark writes one by
+# default. Unset, delta-rs' own default is every 100th, and each Spark reader of a table appended
+# to every micro-batch replayed up to 100 JSON commits.
+APPENDED_BY_DELTA_RS = {"delta.checkpointInterval": "10"}
+
+
+def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = None,
+                      properties: Mapping[str, str] | None = None) -> None:
     """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists
-    (``stats``: ``to_delta``'s)."""
+    (``stats``: ``to_delta``'s); with ``properties`` as its table properties, set now on a table
+    that exists without them."""
+    writer = to_delta(df.limit(0), "ignore", stats).options(**(properties or {}))
     with named(df.sparkSession, "create the table"):
-        to_delta(df.limit(0), "ignore", stats).save(path)
+        writer.save(path)
+    if properties:
+        ensure_properties(df.sparkSession, path, properties)
+
+
+def ensure_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> dict[str, str]:
+    """Set the table properties of ``props`` that the Delta table at ``path`` lacks or holds with
+    another value (one ``ALTER TABLE ... SET TBLPROPERTIES`` commit); those set."""
+    table = open_table(path)
+    if table is None:
+        return {}
+    have = table.metadata().configuration
+    changed = {k: str(v) for k, v in props.items() if have.get(k) != str(v)}
+    if changed:
+        text = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
+        with named(spark, f"set {', '.join(changed)}"):
+            retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({text})"),
+                            f"set {text} on {path}")
+    return changed
 
 
 def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metadata: dict | None = None,
@@ -213,21 +241,7 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
                         commit_properties=props)
     except TableNotFoundError:
         return False
-    _checkpoint_as_spark_would(uri, options)
     return True
-
-
-def _checkpoint_as_spark_would(uri: str, options: dict | None) -> None:
-    """A checkpoint at every ``delta.checkpointInterval``-th version (Delta's default: 10), as
-    Spark writes one. delta-rs' own default is 100: without this, a table appended to by delta-rs
-    every micro-batch made every Spark reader replay up to 100 JSON commits (R4's reader: 12.7 s
-    a query)."""
-    from deltalake import DeltaTable  # deferred: only the speed layer's few rows
-
-    table = DeltaTable(uri, storage_options=options)
-    interval = int(table.metadata().configuration.get("delta.checkpointInterval") or 10)
-    if table.version() % interval == 0:
-        table.create_checkpoint()
 
 
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

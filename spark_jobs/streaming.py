@@ -314,7 +314,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     fresh = not _checkpoint_has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
-    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns)
+    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
+                               delta_io.APPENDED_BY_DELTA_RS)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
     reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
     reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
