@@ -16,7 +16,7 @@ from typing import Sequence
 
 from py4j.java_gateway import JavaClass
 from pyspark import SparkContext
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.classic.column import Column as JvmColumn
 
@@ -287,56 +287,46 @@ DRIVER_READ_LIMIT = 1_000
 DRIVER_READ_SPAN = 200_000
 
 
-def quarantined(raw: DataFrame, counts: dict, ds: Dataset, layer: str, config=None,
-                topic: str | None = None) -> DataFrame:
+def quarantined(raw: DataFrame, counts: dict, ds: Dataset, layer: str, config, topic: str) -> DataFrame:
     """The quarantine rows of a pass that ``counted`` saw quarantine some: those its observation
-    carried when they are all there (as many as it counted: a task run twice would have given
-    more), else the records ``bad_records`` reads again, validated again."""
-    carried = _carried(counts)
+    carried when they are all there, else the records ``bad_records`` reads again, validated again."""
+    carried = carried_rows(counts, layer)
     if carried is not None:
-        return _carried_rows(raw.sparkSession, carried, layer)
+        return raw.sparkSession.createDataFrame(carried, contracts.QUARANTINE.ddl)
     return quarantine_rows(validate(bad_records(raw, counts, config, topic), ds), layer)
 
 
 def carried_arrow(counts: dict, layer: str):
-    """The quarantine rows a pass carried (``counted``), as a pyarrow Table of the quarantine's
-    columns; None when it did not carry them all (``quarantined`` then reads them again)."""
+    """``carried_rows`` as a pyarrow Table of the quarantine's columns (None as there)."""
     import pyarrow as pa  # deferred: only a pass with quarantined records needs it
 
-    rows = _carried(counts)
-    if rows is None:
+    rows = carried_rows(counts, layer)
+    return None if rows is None else pa.Table.from_pylist(rows, schema=contracts.QUARANTINE.arrow_schema())
+
+
+def carried_rows(counts: dict, layer: str) -> list[dict] | None:
+    """The quarantine rows (``{column: value}``, timestamps as UTC instants) of the records a pass
+    carried (``counted``), when it carried every quarantined one (a task run twice would have
+    given more); else None."""
+    rows = counts["carried"]["rows"] if counts.get("carried") is not None else None
+    if rows is None or len(rows) != counts["quarantined"]:
         return None
     names = CARRIED.names
-    at = names.index("_kafka_timestamp")
     out = []
     for r in rows:
-        values = dict(zip(names, r))
-        # pyspark hands timestamps over as naive local times; the table's are UTC instants.
-        ts = r[at]
-        values["_kafka_timestamp"] = ts.astimezone(timezone.utc) if ts is not None else None
-        values["_layer"] = layer
-        out.append(values)
-    return pa.Table.from_pylist(out, schema=contracts.QUARANTINE.arrow_schema())
+        row = dict(zip(names, r), _layer=layer)
+        ts = row["_kafka_timestamp"]  # pyspark hands timestamps over as naive local times
+        row["_kafka_timestamp"] = ts.astimezone(timezone.utc) if ts is not None else None
+        out.append(row)
+    return out
 
 
-def _carried(counts: dict) -> list | None:
-    """The rows ``counted``'s observation carried, when it carried every quarantined one (a task
-    run twice would have given more); else None."""
-    rows = counts["carried"]["rows"] if counts.get("carried") is not None else None
-    return rows if rows is not None and len(rows) == counts["quarantined"] else None
-
-
-def _carried_rows(spark: SparkSession, rows: list, layer: str) -> DataFrame:
-    at = contracts.QUARANTINE.names.index("_layer")
-    return spark.createDataFrame([(*r[:at], layer, *r[at:]) for r in rows], contracts.QUARANTINE.ddl)
-
-
-def bad_records(raw: DataFrame, counts: dict, config=None, topic: str | None = None) -> DataFrame:
+def bad_records(raw: DataFrame, counts: dict, config, topic: str) -> DataFrame:
     """The Kafka rows of ``raw`` that ``counted`` saw quarantined (exactly those, or every
-    row of each partition's bad window): what a second pass parses again. With ``config``
-    and ``topic``, a few exact offsets are read by the driver instead of by a Spark pass."""
+    row of each partition's bad window): what a second pass parses again. A few exact offsets
+    are read by the driver from ``topic`` (``config``'s cluster) instead of by a Spark pass."""
     if "bad" in counts:
-        if config is not None and topic and counts.get("quarantined", 0) <= DRIVER_READ_LIMIT:
+        if counts.get("quarantined", 0) <= DRIVER_READ_LIMIT:
             read = _read_in_driver(raw, config, topic, counts["bad"])
             if read is not None:
                 return read
