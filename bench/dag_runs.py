@@ -19,6 +19,7 @@ from bench.harness import Harness
 from bench.stack import Platform, Sampler
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks
+from loglake.speed.streams import SpeedStream
 from loglake.local.demo import _client, _spark_overhead, dag_run, wait_caught_up
 from loglake.local.produce import produce
 from loglake.ops.status import dataset_status
@@ -102,7 +103,8 @@ def _batch_run(h: Harness, plat: Platform, client, sizes: dict[str, int], kind: 
     watch = _WatermarkWatch(config, {n: {p: hi for p, (lo, hi) in bounds[n].items() if hi > lo} for n in names},
                             {n: {p: lo for p, (lo, _hi) in bounds[n].items()} for n in names})
     trees = plat.trees()
-    streams = {n: bool(trees.get(f"speed-{n}")) for n in config.datasets}
+    streams = {n: SpeedStream(config, ds).pid() is not None and bool(trees.get("speed"))
+               for n, ds in config.datasets.items()}
     h.log(f"P9: loglake_batch run {label}: produced {sizes or 'nothing'} in {t_produced - t0:.1f}s, streams caught "
           f"up {t_caught_up - t_produced:.1f}s later (running: {streams}); triggering ...")
     watch.start()

@@ -33,8 +33,9 @@ def _p8(streaming: dict, during_batch: list[dict] | None) -> dict:
     med = {k: round(median([s[k] for s in samples]) / GIB, 2) for k in keys}
     mx = {k: round(max(s[k] for s in samples) / GIB, 2) for k in keys}
     by_proc = {n: round(median([s["by_process"][n] for s in samples]) / 2**20) for n in samples[0]["by_process"]}
-    detail = {"what": "sum of the PSS (psutil memory_full_info) of every process of the platform (broker JVM; per "
-                      "speed stream its supervisor, spark-submit, driver JVM and Python; the four Airflow components "
+    detail = {"what": "sum of the PSS (psutil memory_full_info) of every process of the platform (broker JVM; the "
+                      "speed application running every dataset's stream: its supervisor, driver JVM and Python; the "
+                      "shared Spark application of the batch jobs; the four Airflow components "
                       "and all their children) while events are produced at a steady rate",
               "rates_records_per_second": streaming["rates"], "produce_seconds": streaming["seconds"],
               "median_gib": med, "max_gib": mx, "per_process_median_mib": by_proc,

@@ -60,7 +60,8 @@ class Platform:
         self.config = load_config(conf, home=self.home)
         # "spark-jobs": the shared Spark application the batch tasks run in, where `loglake up`
         # starts one (absent: no process, 0 bytes).
-        self.components = {"kafka": ["kafka"], "speed": [f"speed-{n}" for n in self.config.datasets],
+        # "speed": the speed application, which runs every dataset's stream.
+        self.components = {"kafka": ["kafka"], "speed": ["speed"],
                            "airflow": [f"airflow-{c}" for c in COMPONENTS], "spark-jobs": ["spark-jobs"]}
         self.seen: dict[int, int] = {}  # every process of the platform ever seen: pid → start time
 

@@ -43,18 +43,23 @@ def run(job: str, argv: list[str] | None, body: Callable[..., JobSummary]) -> in
         summary = execute(job, argv, body, own_session)
         report(summary, summary_file)
         return 0
-    except LoglakeError as e:
-        print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        report(JobFailure.of(e), summary_file)
-        return 2
     except Exception as e:
-        known = known_jvm_error(e)
-        if known is not None:
-            print(f"{type(known).__name__}: {known}", file=sys.stderr, flush=True)
-            report(JobFailure.of(known), summary_file)
-            return 2
-        report(JobFailure.of(e), summary_file)
-        raise
+        failure, understood = as_failure(e)
+        report(failure, summary_file)
+        if not understood:
+            raise
+        return 2
+
+
+def as_failure(error: Exception) -> tuple[JobFailure, bool]:
+    """The failure a job reports for ``error``, and whether loglake understands it: its own
+    error or a JVM failure it knows (``known_jvm_error``), said in one line on stderr here;
+    anything else wants its traceback, the caller's to show."""
+    known = error if isinstance(error, LoglakeError) else known_jvm_error(error)
+    if known is None:
+        return JobFailure.of(error), False
+    print(f"{type(known).__name__}: {known}", file=sys.stderr, flush=True)
+    return JobFailure.of(known), True
 
 
 def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session, *, inherited: str | None = None,

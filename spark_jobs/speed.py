@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
 from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import SpeedSummary
+from loglake.speed.streams import stream_files
 from spark_jobs import entry
 from spark_jobs.streaming import check_gaps, is_data_loss, run_speed, stream_summary
 
@@ -27,17 +29,20 @@ BLOCKED_POLL_SECONDS = 10.0
 
 def blocked_file(config: Config, ds: Dataset) -> Path:
     """Where a stream waiting for an operator to accept a loss says so (``loglake status``)."""
-    return config.home / "run" / f"speed-{ds.name}.blocked.json"
+    return stream_files(config.home, ds.name).blocked
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> SpeedSummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest,
+            stopping: threading.Event | None = None) -> SpeedSummary:
     """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds).
 
     Offsets Kafka deleted before the stream read them stop it with a ``DataLossError``
     naming them: a one-off (available-now) run fails with it; the background stream waits,
-    JVM up, until an operator accepts the loss, then resumes after it by itself.
+    JVM up, until an operator accepts the loss, then resumes after it by itself, or until
+    ``stopping`` is set (the speed application stops this dataset's stream).
     """
     started = time.monotonic()
+    last = None
     while True:
         try:
             last = run_speed(spark, config, ds, available_now=request.available_now,
@@ -51,28 +56,32 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobReques
             except DataLossError as loss:
                 if request.available_now:
                     raise loss from None
-                wait_until_accepted(spark, config, ds, loss)
-                continue
+                if wait_until_accepted(spark, config, ds, loss, stopping):
+                    continue
+                break
             if not isinstance(e, DataLossError) and not gaps:
                 raise  # Spark saw a loss the tables cannot place: not ours to explain
     return stream_summary(ds, last, time.monotonic() - started)
 
 
-def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: DataLossError) -> None:
-    """Block until the loss is recorded as accepted; meanwhile ``blocked_file`` says why."""
+def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: DataLossError,
+                        stopping: threading.Event | None = None) -> bool:
+    """Block until the loss is recorded as accepted (True) or ``stopping`` is set (False);
+    meanwhile ``blocked_file`` says why."""
     path = blocked_file(config, ds)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"error": str(loss), "error_type": "DataLossError",
                                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
     print(f"loglake: speed {ds.name} waits: {loss}", file=sys.stderr, flush=True)
+    stopping = stopping or threading.Event()
     try:
-        while True:
-            time.sleep(BLOCKED_POLL_SECONDS)
+        while not stopping.wait(BLOCKED_POLL_SECONDS):
             try:
                 check_gaps(spark, config, ds)
-                return
+                return True
             except DataLossError:
                 continue
+        return False
     finally:
         path.unlink(missing_ok=True)
 

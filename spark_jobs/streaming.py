@@ -441,7 +441,8 @@ def _run_query(spark: SparkSession, config: Config, ds: Dataset, *, available_no
         # call (awaitTermination); a second call on it fails ("reentrant call").
         threading.Thread(target=query.stop, name="loglake-speed-stop", daemon=True).start()
 
-    if not available_now:
+    if not available_now and threading.current_thread() is threading.main_thread():
+        # (The speed application runs each dataset's query on a thread of its own and stops them itself.)
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     try:

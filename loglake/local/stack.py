@@ -29,7 +29,7 @@ from loglake.local.cluster import LocalCluster
 from loglake.local.schema_registry import EmbeddedRegistry
 from loglake.ops.status import dataset_status, format_status
 from loglake.schemaregistry import status_line
-from loglake.speed.streams import orphans, streams
+from loglake.speed.streams import forget, orphans, streams
 
 
 def broker(config: Config):
@@ -97,11 +97,12 @@ def stop_registry(config: Config) -> None:
 
 
 def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:
-    """Start the speed stream of ``name`` (every dataset by default) unless it runs; print each."""
+    """Start the speed stream of ``name`` (every dataset by default) unless it runs; print each.
+    They all run in the speed application (one Spark application, ``loglake.speed.streams``)."""
     started = streams(config, name)
     for s in started:
         pid, new = s.start()
-        print(f"speed {s.ds.name}: {'started' if new else 'already running'} (pid {pid}"
+        print(f"speed {s.ds.name}: {'started' if new else 'already running'} (the speed application, pid {pid}"
               f"{f', log {s.process.log_file}' if new else ''})")
     if wait:
         for s in started:
@@ -109,13 +110,19 @@ def start_streams(config: Config, name: str | None = None, wait: float = 0) -> N
 
 
 def stop_streams(config: Config, name: str | None = None) -> None:
-    """Stop the stream of ``name`` (every stream by default, also those of datasets since
-    removed from conf/); print each."""
-    for s in streams(config, name):
-        print(f"speed {s.ds.name}: {'stopped' if s.stop() else 'not running'}")
-    for process in [] if name else orphans(config):
-        process.stop()
-        print(f"{process.name}: stopped (its dataset is no longer in conf/)")
+    """Stop the stream of ``name``, or every stream (also those of datasets since removed from
+    conf/) and the speed application with them; print each."""
+    if name is not None:
+        for s in streams(config, name):
+            print(f"speed {s.ds.name}: {'stopped' if s.stop() else 'not running'}")
+        return
+    ran = {s.ds.name: s.pid() is not None for s in streams(config)}
+    gone = orphans(config)
+    forget(config, [*ran, *gone])  # the application stops with its last stream
+    for n, was in ran.items():
+        print(f"speed {n}: {'stopped' if was else 'not running'}")
+    for n in gone:
+        print(f"speed {n}: stopped (its dataset is no longer in conf/)")
 
 
 def _airflow(config: Config, port: int | None = None, *, dags_paused: bool = True):

@@ -46,7 +46,7 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
 
     r = run_loglake(config, "speed", "start", "job_views", "--wait", "180")
     assert r.returncode == 0, r.stderr + r.stdout
-    proc = Managed(config.home, "speed-job_views")
+    proc = Managed(config.home, "speed")  # the speed application, which runs every dataset's stream
     try:
         ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
         wait_for(lambda: group_offsets(config, ds.consumer_group, ds.topic, ds.partitions) == ends, 120,

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from urllib.parse import quote
 
+import psutil
 import pytest
 import yaml
 
@@ -65,8 +66,7 @@ def platform(env: dict, action: str, timeout: float = 300) -> subprocess.Complet
 
 
 def all_processes(config) -> dict[int, int]:
-    names = (["kafka", "registry", "spark-jobs"] + [f"speed-{n}" for n in config.datasets]
-             + [f"airflow-{c}" for c in COMPONENTS])
+    names = ["kafka", "registry", "spark-jobs", "speed"] + [f"airflow-{c}" for c in COMPONENTS]
     tree: dict[int, int] = {}
     for name in names:
         pid = Managed(config.home, name).pid()
@@ -103,6 +103,12 @@ def test_up_status_batch_run_down(platform_config):
             f"airflow-{c}" for c in COMPONENTS]:
         assert any(line.split()[:2] == [name, "running"] for line in status.stdout.splitlines()), status.stdout
     assert f"{af.url} (healthy)" in status.stdout
+    # Both datasets' streams in one Spark application: one driver JVM for the speed layer.
+    from loglake.speed.streams import streams
+    assert {s.pid() for s in streams(config)} == {Managed(config.home, "speed").pid()}
+    speed_jvms = [p for p in descendants(Managed(config.home, "speed").pid())
+                  if "org.apache.spark.deploy.SparkSubmit" in " ".join(psutil.Process(p).cmdline())]
+    assert len(speed_jvms) == 1, speed_jvms
     ds = config.dataset("job_views")
     assert status.stdout.count("batch watermark -") >= ds.partitions  # nothing recomputed yet
 
