@@ -60,8 +60,9 @@ class Platform:
         self.config = load_config(conf, home=self.home)
         # "spark-jobs": the shared Spark application the batch tasks run in, where `loglake up`
         # starts one (absent: no process, 0 bytes).
-        # "speed": the speed application, which runs every dataset's stream.
-        self.components = {"kafka": ["kafka"], "speed": ["speed"],
+        # "speed": the speed application, which runs every dataset's stream (a loglake before
+        # it, measured by bench.compare with this harness, ran one process per dataset).
+        self.components = {"kafka": ["kafka"], "speed": ["speed", *(f"speed-{n}" for n in self.config.datasets)],
                            "airflow": [f"airflow-{c}" for c in COMPONENTS], "spark-jobs": ["spark-jobs"]}
         self.seen: dict[int, int] = {}  # every process of the platform ever seen: pid → start time
 
