@@ -7,8 +7,10 @@ import os
 import signal
 
 import numpy as np
+import psutil
 
 from loglake.core.config import Config, Dataset
+from loglake.core.processes import descendants
 from loglake.kafka.admin import group_offsets
 from loglake.ledger.tables import open_table, query
 from loglake.ops.coverage import check_exactly_once
@@ -54,3 +56,16 @@ def sigkill(pids) -> int:
         except ProcessLookupError:
             pass  # gone already
     return killed
+
+
+def spark_drivers(pid: int) -> list[int]:
+    """The Spark driver JVMs (spark-submit's ``SparkSubmit``) among ``pid`` and the processes
+    below it (one that ends meanwhile, or is a zombie, is not one)."""
+    out = []
+    for p in descendants(pid):
+        try:
+            if "org.apache.spark.deploy.SparkSubmit" in psutil.Process(p).cmdline():
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out

@@ -4,15 +4,14 @@ resumed by its supervisor, every offset landed once."""
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
-from loglake.core.processes import descendants, wait_for
+from loglake.core.processes import wait_for
 from loglake.kafka.admin import log_bounds
 from loglake.local import stack
 from loglake.local.produce import produce
 from loglake.speed.streams import SpeedStream, application, streams
-from loglake.testing.checks import caught_up, count_exactly_once, sigkill
+from loglake.testing.checks import caught_up, count_exactly_once, sigkill, spark_drivers
 from tests.integration.test_schema_evolution import evolved
 
 pytestmark = pytest.mark.integration
@@ -20,18 +19,6 @@ pytestmark = pytest.mark.integration
 
 def ends_of(config, ds) -> dict[int, int]:
     return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
-
-
-def spark_jvms(pid: int) -> list[int]:
-    """The Spark driver JVMs under ``pid``."""
-    out = []
-    for p in descendants(pid):
-        try:
-            if "org.apache.spark.deploy.SparkSubmit" in " ".join(psutil.Process(p).cmdline()):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_own(make_config):
@@ -51,7 +38,7 @@ def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_o
         pid = app.pid()
         # Both streams in one application: one driver JVM.
         assert pid and {s.pid() for s in streams(config)} == {pid}
-        assert len(spark_jvms(pid)) == 1, spark_jvms(pid)
+        assert len(spark_drivers(pid)) == 1, spark_drivers(pid)
         wait_caught_up(jv, jv_stream)
         wait_caught_up(ceos, ceos_stream)
 
@@ -84,11 +71,11 @@ def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_o
 
         # The application's JVM killed: its supervisor starts it again, and both streams resume.
         produce(config, jv, 200, seed=6, bad_fraction=0.1)
-        assert sigkill(spark_jvms(pid)) == 1
+        assert sigkill(spark_drivers(pid)) == 1
         produce(config, ceos, 50, seed=7)
         wait_caught_up(jv, jv_stream)
         wait_caught_up(ceos, ceos_stream)
-        assert app.pid() == pid and len(spark_jvms(pid)) == 1
+        assert app.pid() == pid and len(spark_drivers(pid)) == 1
     finally:
         stack.stop_streams(config)
     assert app.pid() is None and not any(s.pid() for s in streams(config))

@@ -18,7 +18,6 @@ import time
 import urllib.request
 from urllib.parse import quote
 
-import psutil
 import pytest
 import yaml
 
@@ -33,6 +32,7 @@ from loglake.core.processes import Managed, wait_for
 from loglake.local.produce import produce
 
 from loglake.testing import write_conf
+from loglake.testing.checks import spark_drivers
 from tests.integration.test_cli import noise
 
 pytestmark = pytest.mark.system
@@ -106,9 +106,7 @@ def test_up_status_batch_run_down(platform_config):
     # Both datasets' streams in one Spark application: one driver JVM for the speed layer.
     from loglake.speed.streams import streams
     assert {s.pid() for s in streams(config)} == {Managed(config.home, "speed").pid()}
-    speed_jvms = [p for p in descendants(Managed(config.home, "speed").pid())
-                  if "org.apache.spark.deploy.SparkSubmit" in " ".join(psutil.Process(p).cmdline())]
-    assert len(speed_jvms) == 1, speed_jvms
+    assert len(spark_drivers(Managed(config.home, "speed").pid())) == 1
     ds = config.dataset("job_views")
     assert status.stdout.count("batch watermark -") >= ds.partitions  # nothing recomputed yet
 
