@@ -34,7 +34,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from loglake.core.config import load_config
-from loglake.jobs.protocol import read_failure, report
+from loglake.jobs.protocol import JobRequest, read_failure, report
 from loglake.jobs.session import get_spark
 from loglake.speed.streams import stream_files, wanted_datasets
 from spark_jobs import entry, speed
@@ -74,7 +74,7 @@ class Served:
 
     def _serve(self) -> None:
         files = self.files
-        request = ["--dataset", self.name, "--progress-file", str(files.progress)]
+        request = JobRequest("speed", self.name, progress_file=str(files.progress)).argv()
         backoff = 1.0
         try:
             while not self.stopping.is_set():
