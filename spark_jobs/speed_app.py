@@ -13,7 +13,7 @@ A dataset's error stops only that dataset:
 - a permanent one (a bad pattern, a schema change refused) is written to the dataset's summary
   file, and the dataset stays stopped until it is started again (``loglake status`` says why);
 - a transient one restarts that dataset's query after a backoff, 1 s doubling to 60 s while it
-  fails without committing a micro-batch, as ``loglake.jobs.supervisor`` restarts a job.
+  fails without committing a micro-batch (``loglake.jobs.supervisor.Backoff``, as the supervisor restarts a job).
 
 The application itself runs under ``loglake.jobs.supervisor``: when its JVM dies, every query
 starts again from its checkpoint. While a dataset's query runs, ``serving_file`` holds the
@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from pyspark.sql import SparkSession
 from loglake.core.config import load_config
 from loglake.jobs.protocol import JobRequest, read_failure, report
 from loglake.jobs.session import get_spark
+from loglake.jobs.supervisor import Backoff
 from loglake.speed.streams import stream_files, wanted_datasets
 from spark_jobs import entry, speed
 
@@ -54,6 +54,8 @@ class Served:
         self.thread = threading.Thread(target=self._serve, name=f"loglake-speed-{name}", daemon=True)
 
     def start(self) -> None:
+        """Mark the dataset serving (``SpeedStream.stop`` waits for the mark to go), then run it."""
+        self.files.serving.write_text(str(os.getpid()))
         self.thread.start()
 
     def stop(self) -> None:
@@ -75,40 +77,30 @@ class Served:
     def _serve(self) -> None:
         files = self.files
         request = JobRequest("speed", self.name, progress_file=str(files.progress)).argv()
-        backoff = 1.0
+        backoff = Backoff(files.progress)
         try:
             while not self.stopping.is_set():
-                started, started_wall = time.monotonic(), time.time()
+                backoff.run_started()
                 try:
-                    summary = entry.execute("speed", request, self._run_job, self._own_session)
-                    report(summary, str(files.summary))
+                    report(entry.execute("speed", request, self._run_job, self._own_session), str(files.summary))
                     return
                 except Exception as e:
-                    failure, understood = entry.as_failure(e)
+                    failure, understood = entry.as_failure(e)  # said on stderr (a traceback if not understood)
                     if not understood:
                         traceback.print_exc()
                     report(failure, str(files.summary))
-                    if self.stopping.is_set():
-                        return
-                    if not failure.transient:
-                        print(f"loglake: speed {self.name}: stopped by a permanent error, not restarting: {failure}",
-                              file=sys.stderr, flush=True)
-                        return
-                if time.monotonic() - started > 60 or _modified_since(files.progress, started_wall):
-                    backoff = 1.0
-                print(f"loglake: speed {self.name}: {failure}; restarting in {backoff:.0f}s", file=sys.stderr,
-                      flush=True)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
+                if self.stopping.is_set():
+                    return
+                if not failure.transient:
+                    print(f"loglake: speed {self.name}: stopped by that permanent error, not restarting",
+                          file=sys.stderr, flush=True)
+                    return
+                wait = backoff.after_failure()
+                print(f"loglake: speed {self.name}: failed ({failure.error_type}); restarting in {wait:.0f}s",
+                      file=sys.stderr, flush=True)
+                self.stopping.wait(wait)
         finally:
             files.serving.unlink(missing_ok=True)
-
-
-def _modified_since(path: Path, since: float) -> bool:
-    try:
-        return path.stat().st_mtime >= since
-    except OSError:
-        return False
 
 
 def serve(spark: SparkSession, home: Path) -> int:
@@ -132,7 +124,6 @@ def serve(spark: SparkSession, home: Path) -> int:
                 failed = read_failure(stream_files(home, name).summary)
                 if failed is None or failed.transient:  # a permanent error waits for `loglake speed start`
                     running[name] = Served(spark, home, name)
-                    running[name].files.serving.write_text(str(os.getpid()))
                     running[name].start()
         if not wanted and not running:
             return 0

@@ -9,8 +9,36 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from loglake.jobs.protocol import arg_of, read_failure
+
+
+class Backoff:
+    """The wait before a failed run is started again: 1 s, doubling up to 60 s while runs fail
+    without doing anything; 1 s again after a run that made progress (``progress_file`` written
+    after it started: a committed micro-batch) or lived a minute."""
+
+    def __init__(self, progress_file: str | Path | None):
+        self.progress_file = progress_file
+        self.next = 1.0
+        self._started = self._started_wall = 0.0
+
+    def run_started(self) -> None:
+        self._started, self._started_wall = time.monotonic(), time.time()
+
+    def after_failure(self) -> float:
+        """The seconds to wait now that the run started last failed."""
+        if time.monotonic() - self._started > 60 or self._progressed():
+            self.next = 1.0
+        wait, self.next = self.next, min(self.next * 2, 60.0)
+        return wait
+
+    def _progressed(self) -> bool:
+        try:
+            return self.progress_file is not None and os.stat(self.progress_file).st_mtime >= self._started_wall
+        except OSError:
+            return False
 
 
 def supervise(argv: list[str]) -> int:
@@ -35,17 +63,11 @@ def supervise(argv: list[str]) -> int:
         if child is not None and child.poll() is None:
             child.terminate()
 
-    def progressed(since: float) -> bool:
-        try:
-            return progress_file is not None and os.stat(progress_file).st_mtime >= since
-        except OSError:
-            return False
-
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    backoff = 1.0
+    backoff = Backoff(progress_file)
     while not stopping.is_set():
-        started, started_wall = time.monotonic(), time.time()
+        backoff.run_started()
         child = subprocess.Popen(argv)
         code = child.wait()
         if stopping.is_set() or code == 0:
@@ -54,11 +76,9 @@ def supervise(argv: list[str]) -> int:
         if failed is not None and not failed.transient:
             print(f"loglake supervisor: stopped by a permanent error, not restarting: {failed}", flush=True)
             return code
-        if time.monotonic() - started > 60 or progressed(started_wall):
-            backoff = 1.0
-        print(f"loglake supervisor: {argv[0]} exited with {code}; restarting in {backoff:.0f}s", flush=True)
-        stopping.wait(backoff)
-        backoff = min(backoff * 2, 60.0)
+        wait = backoff.after_failure()
+        print(f"loglake supervisor: {argv[0]} exited with {code}; restarting in {wait:.0f}s", flush=True)
+        stopping.wait(wait)
     return 0
 
 
