@@ -23,7 +23,7 @@ from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import JobFailure, SetupError
+from loglake.core.errors import JobFailure
 from loglake.core.processes import Managed, wait_for
 from loglake.jobs.launch import JobOutcome, job_env, run_job, submit_command
 from loglake.jobs.protocol import JobRequest, read_failure
@@ -88,11 +88,8 @@ def start_application(config: Config) -> int:
     pid = app.pid()
     if pid:
         return pid
-    script = paths.REPO_ROOT / "spark_jobs" / "speed_app.py"
-    if not script.exists():
-        raise SetupError(f"the speed application is missing: {script}")
     cmd = [sys.executable, "-m", "loglake.jobs.supervisor",
-           *submit_command(config, str(script), [], "loglake-speed")]
+           *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "speed_app.py"), [], "loglake-speed")]
     return app.start(cmd, env=job_env(config))
 
 
@@ -172,12 +169,8 @@ class SpeedStream:
     def stop(self) -> bool:
         """Stop this dataset's stream (the application too, when it was its last); whether it ran."""
         was = self.pid() is not None
-        with wanted_datasets(self.config.home) as names:
-            names[:] = [n for n in names if n != self.ds.name]
-            last = not names
-        if last:
-            self.process.stop()
-        elif self.process.pid():  # the application marked it serving before it read the list without it
+        if not forget(self.config, [self.ds.name]) and self.process.pid():
+            # Marked serving (before the application read the list without it): wait for its query to end.
             serving = self.files.serving
             wait_for(lambda: not serving.exists() or not self.process.pid(), STOP_WAIT_SECONDS,
                      f"speed {self.ds.name} to stop in the speed application", log=self.process)
@@ -211,10 +204,12 @@ def orphans(config: Config) -> list[str]:
     return [n for n in read_wanted(wanted_file(config.home)) if n not in config.datasets]
 
 
-def forget(config: Config, names: list[str]) -> None:
-    """Stop streaming ``names`` (the application too, when nothing else is wanted)."""
+def forget(config: Config, names: list[str]) -> bool:
+    """Take ``names`` out of the wanted list; the application stops when nothing else is wanted
+    (whether it did)."""
     with wanted_datasets(config.home) as wanted:
         wanted[:] = [n for n in wanted if n not in names]
         last = not wanted
     if last:
         application(config).stop()
+    return last
