@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from loglake.core.processes import wait_for
-from loglake.kafka.admin import log_bounds
+from loglake.kafka.admin import end_offsets
 from loglake.local import stack
 from loglake.local.produce import produce
 from loglake.speed.streams import SpeedStream, application, streams
@@ -15,10 +15,6 @@ from loglake.testing.checks import caught_up, count_exactly_once, sigkill, spark
 from tests.integration.test_schema_evolution import evolved
 
 pytestmark = pytest.mark.integration
-
-
-def ends_of(config, ds) -> dict[int, int]:
-    return {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
 
 
 def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_own(make_config):
@@ -30,7 +26,7 @@ def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_o
     produce(config, ceos, 100, seed=2)
 
     def wait_caught_up(ds, stream):
-        ends = ends_of(config, ds)
+        ends = end_offsets(config, ds.topic)
         wait_for(lambda: caught_up(config, ds, ends), 180, f"speed {ds.name} to reach the log end", log=stream.process)
 
     stack.start_streams(config, wait=180)
@@ -45,11 +41,11 @@ def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_o
         # One dataset stopped: the other streams on in the same application.
         assert jv_stream.stop() and jv_stream.pid() is None and jv_stream.state() == "stopped"
         assert app.pid() == pid and ceos_stream.pid() == pid
-        held = ends_of(config, jv)
+        held = end_offsets(config, jv.topic)
         produce(config, jv, 100, seed=3)
         produce(config, ceos, 50, seed=4)
         wait_caught_up(ceos, ceos_stream)
-        assert not caught_up(config, jv, ends_of(config, jv)) and caught_up(config, jv, held)
+        assert not caught_up(config, jv, end_offsets(config, jv.topic)) and caught_up(config, jv, held)
 
         # Started again, it resumes in the same application.
         assert jv_stream.start() == (pid, True)
@@ -80,4 +76,4 @@ def test_one_application_streams_every_dataset_each_stopped_and_failing_on_its_o
         stack.stop_streams(config)
     assert app.pid() is None and not any(s.pid() for s in streams(config))
     for ds in (jv, ceos):
-        assert count_exactly_once(config, ds, ends_of(config, ds)) == (0, 0)
+        assert count_exactly_once(config, ds, end_offsets(config, ds.topic)) == (0, 0)
