@@ -638,6 +638,14 @@ def test_spark_rpc_is_authenticated_everywhere_spark_runs():
                 f"docker/compose.yaml: service {name}: the secret spark_defaults is not at {conf_dir}/spark-defaults.conf")
             assert not svc.get("ports"), f"docker/compose.yaml: service {name} publishes a port (Spark's UIs stay inside)"
     assert sum(runs_spark(s) for s in services().values()) >= 7, "master, 2 workers, 2 streams, 2 Celery workers"
+    # Spark 4.1's master starts its REST submission server unless told not to, and refuses to start
+    # at all beside spark.authenticate ("The RestSubmissionServer does not support authentication").
+    masters = {n: s for n, s in services().items() if "org.apache.spark.deploy.master.Master" in command(s)}
+    assert masters, "docker/compose.yaml: no Spark master"
+    for name, svc in masters.items():
+        assert "-Dspark.master.rest.enabled=false" in environment(svc).get("SPARK_MASTER_OPTS", "").split(), (
+            f"docker/compose.yaml: service {name}, key SPARK_MASTER_OPTS: -Dspark.master.rest.enabled=false (its REST "
+            f"server cannot run beside spark.authenticate)")
 
 
 def test_airflow_runs_celery_with_the_fab_auth_manager():
