@@ -35,7 +35,7 @@ ca=${PIP_CERT:-$(.venv/bin/python -m pip config get global.cert 2>/dev/null || t
 
 # name  tag  dockerfile  target
 images=(
-  "kafka      loglake-kafka:4.1.1        docker/Dockerfile.kafka      -"
+  "kafka      loglake-kafka:4.4.0        docker/Dockerfile.kafka      -"
   "versitygw  loglake-versitygw:1.8.0    docker/Dockerfile.versitygw  -"
   "postgres   loglake-postgres:15        docker/Dockerfile.postgres   -"
   "redis      loglake-redis:7.0          docker/Dockerfile.redis      -"
