@@ -13,7 +13,8 @@ a bare Kafka produce→consume p99 beside it as the floor."
    harness's shared Spark session: the same code ``loglake speed start`` runs under
    spark-submit, without a second JVM on 2 cores) with ``TRIGGER`` / ``MAX_OFFSETS``, fed by
    ``loglake.testing.workload.produce`` in a *separate process* (as a user's producer is; it does not
-   contend for the driver's GIL) at half capacity for ``WARMUP_S`` + repeats x ``WINDOW_S``,
+   contend for the driver's GIL) at half capacity for ``WARMUP_S`` + ``WINDOWS_PER_REPEAT`` x
+   repeats x ``WINDOW_S``,
    after the stream has run ``WARM_BATCHES`` micro-batches on an unpaced warm-up set.
    A record's send time is its Kafka CreateTime, which the speed table keeps as
    ``_kafka_timestamp``. A poller thread stats ``<speed table>/_delta_log/<next version>.json``
@@ -26,8 +27,8 @@ a bare Kafka produce→consume p99 beside it as the floor."
    view (batch rows below W_p, speed rows at or above it) is exactly the speed table:
    visible in the speed table = visible in the serving view.
    Records sent during the warm-up are left out; the rest is cut by send time into
-   ``h.repeats`` windows, each one "run"; the value is the median over the windows of
-   each percentile (pooled figures in detail).
+   ``WINDOWS_PER_REPEAT`` x ``h.repeats`` windows, each one "run"; the value is the median over
+   the windows of each percentile (pooled figures in detail).
 3. Breakdown: every micro-batch's progress (``durationMs``: latestOffset, walCommit,
    queryPlanning, addBatch, commitOffsets, triggerExecution) is collected by a listener;
    each speed commit carries its batch id (its userMetadata, or Delta's txn version), so each row's latency splits
@@ -65,7 +66,8 @@ PARTITIONS = 6
 TRIGGER = "0 seconds"           # next micro-batch as soon as the previous one ends: no idle wait added
 MAX_OFFSETS = 100_000           # only a cap: at half capacity a micro-batch holds rate x its duration
 WARMUP_S = 10.0                 # paced records sent this early are left out (the stream settles to the rate)
-WINDOW_S = 20.0                 # one measured "run"; h.repeats of them (60 s by default)
+WINDOW_S = 20.0                 # one measured "run"; WINDOWS_PER_REPEAT x h.repeats of them (120 s by default)
+WINDOWS_PER_REPEAT = 2          # three windows' medians moved by seconds between runs of one commit
 POLL_S = 0.02                   # Delta log poll interval: the visible-time error bound
 WARM_RECORDS = 5_000           # unpaced warm-up set; then more until WARM_BATCHES micro-batches ran
 WARM_BATCHES = 4
@@ -452,7 +454,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     trigger = os.environ.get("LOGLAKE_BENCH_P3_TRIGGER", TRIGGER)
     max_offsets = int(os.environ.get("LOGLAKE_BENCH_P3_MAX_OFFSETS", MAX_OFFSETS))
     warmup_s, window_s = (8.0, 8.0) if h.quick else (WARMUP_S, WINDOW_S)
-    windows = max(1, h.repeats)
+    windows = max(1, WINDOWS_PER_REPEAT * h.repeats)
 
     cap_detail = None
     if os.environ.get("LOGLAKE_BENCH_P3_RATE"):
