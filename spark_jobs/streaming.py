@@ -30,6 +30,7 @@ from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_r
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
 from loglake.schemaregistry.resolve import Follower
+from loglake.speed.sizing import size_micro_batches
 from spark_jobs import delta_io, evolution, parse
 from spark_jobs.kafka_source import source_options
 
@@ -318,7 +319,10 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
                                delta_io.APPENDED_BY_DELTA_RS)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
     reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
-    reader = reader.option("maxOffsetsPerTrigger", str(speed.max_offsets_per_trigger))
+    # The records cap of a micro-batch, from the byte budget and the topic's record size now.
+    sizing = size_micro_batches(config, topic)
+    print(f"loglake: speed {ds.name}: {sizing.describe(config)}", file=sys.stderr, flush=True)
+    reader = reader.option("maxOffsetsPerTrigger", str(sizing.max_offsets))
     source = reader.load()
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch

@@ -622,9 +622,35 @@ class LocalClusterSettings(_Strict):
         return v
 
 
+_SCALE = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def memory_bytes(size: str) -> int:
+    """Bytes of a size in the form of ``_MEMORY`` ('64m': 67,108,864)."""
+    return int(size[:-1]) * _SCALE[size[-1]]
+
+
 class SpeedSettings(_Strict):
+    """The speed stream's micro-batches: their interval, and the two bounds on a micro-batch
+    when the stream is behind. Spark's Kafka source caps a micro-batch by offsets only
+    (``maxOffsetsPerTrigger``); loglake sizes that cap at each stream start from
+    ``max_bytes_per_trigger`` and the mean size of the topic's newest records
+    (``loglake.speed.sizing``), never above ``max_offsets_per_trigger``."""
+
     trigger_interval: str = "5 seconds"
-    max_offsets_per_trigger: int = Field(default=100_000, ge=1)
+    max_offsets_per_trigger: int = Field(default=1_000_000, ge=1)
+    max_bytes_per_trigger: str | None = "256m"
+
+    @field_validator("max_bytes_per_trigger")
+    @classmethod
+    def _bytes(cls, v: str | None) -> str | None:
+        if v is not None and not _MEMORY.match(v):
+            raise ValueError(f"{v!r} is not a size such as '64m' or '1g' (or null: records only)")
+        return v
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self.max_bytes_per_trigger is None else memory_bytes(self.max_bytes_per_trigger)
 
     @field_validator("trigger_interval")
     @classmethod

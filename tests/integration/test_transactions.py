@@ -125,3 +125,65 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
         fut.result(30)
     with pytest.raises(DataLossError, match=rf"{ds.topic}\[{p}\]"):
         check_retained(config, list(plan_batch(config, ds).ranges))
+
+
+def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_config):
+    """``speed.max_bytes_per_trigger``: the cap is the budget ÷ the mean size of the topic's newest
+    committed records (key, value, headers); an aborted transaction's records, though larger and
+    newer, are never read, as the stream never reads them."""
+    from loglake.kafka.admin import ensure_topic
+    from loglake.speed.sizing import size_micro_batches
+
+    config = make_config(speed={"max_bytes_per_trigger": "64k", "max_offsets_per_trigger": 100_000})
+    ds = config.dataset("job_views")
+    ensure_topic(config, ds)
+    # Nothing to size by yet: the records cap alone, said so.
+    empty = size_micro_batches(config, ds.topic)
+    assert (empty.max_offsets, empty.mean_bytes) == (100_000, None)
+    assert "holds no record" in empty.describe(config)
+
+    p = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "transactional.id": f"sizing-{ds.topic}"})
+    p.init_transactions()
+    for commit, value, count in ((True, b"v" * 1000, 200), (False, b"w" * 10_000, 20)):
+        p.begin_transaction()
+        for partition in range(ds.partitions):
+            for i in range(count):
+                p.produce(ds.topic, key=b"k%09d" % i, value=value, partition=partition, headers=[("h", b"12345")])
+        if commit:
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+    # 10 + 1,000 + 6 bytes per committed record; the aborted 10 KB ones are the log's newest.
+    sized = size_micro_batches(config, ds.topic)
+    assert sized.mean_bytes == 1016
+    assert sized.max_offsets == 65_536 // 1016 == 64
+    assert sized.sampled >= ds.partitions * 40
+    assert "mean record 1,016 B" in sized.describe(config)
+    # A cap in records alone binds first when it is the smaller.
+    assert size_micro_batches(make_config(speed={"max_bytes_per_trigger": "64k", "max_offsets_per_trigger": 50}),
+                              ds.topic).max_offsets == 50
+    # No budget: the records cap, the topic unread.
+    unsized = size_micro_batches(make_config(speed={"max_offsets_per_trigger": 70, "max_bytes_per_trigger": None}),
+                                 ds.topic)
+    assert (unsized.max_offsets, unsized.mean_bytes) == (70, None) and "no byte budget" in unsized.why
+
+
+def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro_batches_within_it(spark,
+                                                                                                 make_config):
+    from loglake.speed.sizing import size_micro_batches
+
+    config = make_config(speed={"max_bytes_per_trigger": "32k"})
+    ds = config.dataset("job_views")
+    txn = produce(config, ds, 1200, bad_fraction=0.05, seed=211, transactional=True, transaction_size=50,
+                  abort_every=4)
+    cap = size_micro_batches(config, ds.topic).max_offsets
+    assert 100 < cap < 400  # job_views events are ~100-200 B: the budget, not the 100,000 records, binds
+    last = run_speed(spark, config, ds, available_now=True)
+    spans = [records for records, _ms in last["_batches"].values()]
+    span = sum(hi - lo for lo, hi in log_bounds(config, ds.topic).values())
+    assert max(spans) <= cap
+    assert len(spans) >= -(-span // cap)
+    committed = log_offsets(config, ds.topic, "read_committed")
+    assert len(committed) == txn.records
+    speed = landed(spark, config, ds, "speed")
+    assert len(speed) == len(set(speed)) and set(speed) == committed

@@ -119,6 +119,8 @@ BAD_PROFILE = [
      "interval"),
     (lambda d: d["profiles"]["local"]["speed"].update(max_offsets_per_trigger=0),
      "profiles.local.speed.max_offsets_per_trigger", "greater than or equal to 1"),
+    (lambda d: d["profiles"]["local"]["speed"].update(max_bytes_per_trigger="64 MB"),
+     "profiles.local.speed.max_bytes_per_trigger", "'64 MB' is not a size such as '64m'"),
     (lambda d: d["profiles"]["local"]["kafka"].update(bootstrap="x:1"), "profiles.local.kafka.bootstrap", "unknown key"),
     (lambda d: d.update(default_profile="prod"), "default_profile", "unknown profile 'prod'"),
     (lambda d: d["profiles"]["local-cluster"]["kafka"].update(min_insync_replicas=4),
