@@ -150,10 +150,13 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
             for i in range(count):
                 p.produce(ds.topic, key=b"k%09d" % i, value=value, partition=partition, headers=[("h", b"12345")])
         if commit:
-            p.commit_transaction()
+            p.commit_transaction(60)  # flushes
         else:
-            p.abort_transaction()
-    # 10 + 1,000 + 6 bytes per committed record; the aborted 10 KB ones are the log's newest.
+            p.flush(60)  # in the log first: an abort purges what is still queued
+            p.abort_transaction(60)
+    # 10 + 1,000 + 6 bytes per committed record; the aborted 10 KB ones are the log's newest:
+    # 200 records, a commit marker, 20 aborted records and an abort marker in each partition.
+    assert {hi for _lo, hi in log_bounds(config, ds.topic).values()} == {222}
     sized = size_micro_batches(config, ds.topic)
     assert sized.mean_bytes == 1016
     assert sized.max_offsets == 65_536 // 1016 == 64
