@@ -24,20 +24,20 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
 from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.jobs.summaries import SpeedSummary
-from loglake.kafka.admin import PositionCommitter, check_partitions, list_topics, log_bounds
+from loglake.kafka.admin import PositionCommitter, dataset_bounds, list_topics, log_bounds
 from loglake.ledger.leases import StreamLease, stream_lease, wait_while_paused
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
 from loglake.schemaregistry.resolve import Follower
-from loglake.speed.sizing import size_micro_batches
+from loglake.speed.sizing import Sizing, size_micro_batches
 from spark_jobs import delta_io, evolution, parse
 from spark_jobs.kafka_source import source_options
 
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
-                  replay_possible: bool = True, small: bool = False) -> None:
+                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None) -> None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
 
     Events: one pass reads the batch, validates it and appends the valid rows while
@@ -84,9 +84,11 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                 delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
                                            batch_id, meta, ds.stats_columns)
         else:
-            # A micro-batch holds at most max_offsets_per_trigger offsets: note bad ones one
-            # by one below the limit, else a window per partition (bounded either way).
-            exact = config.profile.speed.max_offsets_per_trigger <= parse.EXACT_BAD_LIMIT
+            # A micro-batch holds at most ``max_offsets`` offsets (the stream's cap, sized at its
+            # start; else speed.max_offsets_per_trigger): note bad ones one by one below the
+            # limit, else a window per partition (bounded either way).
+            cap = max_offsets if max_offsets is not None else config.profile.speed.max_offsets_per_trigger
+            exact = cap <= parse.EXACT_BAD_LIMIT
             observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
                                        app_id, batch_id, meta, ds.stats_columns, checked=checked)
@@ -109,7 +111,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             validated.unpersist()
 
 
-def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str) -> str:
+def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str,
+                   partitions: int | None = None) -> str:
     """Starting offsets for a *new* checkpoint: after what the tables already hold.
 
     If the checkpoint was lost but the speed tables survive, starting from the earliest
@@ -123,13 +126,15 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str)
     covered = batch_watermarks(config, ds) if topic == ds.topic else {}
     if not highest and not covered:
         return "earliest"
-    partitions = list_topics(config).get(topic, 0)
+    if partitions is None:
+        partitions = list_topics(config).get(topic, 0)
     starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(partitions)}
     # -2 means "earliest" in Spark's offsets JSON.
     return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
 
 
-def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+def speed_gaps(spark: SparkSession, config: Config, ds: Dataset,
+               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
     """``(partition, position, earliest, accepted)`` for each partition whose next offset to
     read is no longer in the log: Kafka deleted it before the speed layer read it.
     ``accepted``: an operator recorded the loss (``loglake accept-loss``).
@@ -139,7 +144,7 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
     group's record: it follows the checkpoint asynchronously and may be missing or behind.
     """
-    earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
+    earliest = {p: lo for p, (lo, _hi) in (bounds or log_bounds(config, ds.topic)).items()}
     rows = ledger_rows(config, ds)
     published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
     with_lost = compute_watermarks(rows, earliest)
@@ -154,11 +159,12 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[i
     return out
 
 
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset) -> list[tuple[int, int, int, bool]]:
+def check_gaps(spark: SparkSession, config: Config, ds: Dataset,
+               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
     """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns the
     accepted gaps (``speed_gaps``'): any means a new checkpoint (Spark's would still point
-    into the gap)."""
-    gaps = speed_gaps(spark, config, ds)
+    into the gap). ``bounds``: ``log_bounds`` of the topic, if the caller just read them."""
+    gaps = speed_gaps(spark, config, ds, bounds)
     unaccepted = [g for g in gaps if not g[3]]
     if unaccepted:
         p, pos, lo, _ = unaccepted[0]
@@ -239,6 +245,7 @@ class _PositionRecorder(StreamingQueryListener):
         self.query_id: str | None = None
         self.positions = PositionCommitter(config, ds.consumer_group, topic)
         self.last_records: int | None = None  # records of the newest micro-batch reported
+        self.sizing: Sizing | None = None  # the micro-batch cap the stream started with
         # The listener's thread and the main thread (the final progress) both keep the file.
         self._file_lock = threading.Lock()
 
@@ -297,9 +304,11 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     the stream's (``run_speed``); without one every micro-batch asks Delta to check its transaction."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
+    # The log's bounds, read once for the checks, the starting offsets and the sizing below.
+    bounds = None
     if topic == ds.topic:
-        check_partitions(ds, list_topics(config).get(topic, ds.partitions))
-        if check_gaps(spark, config, ds) and _checkpoint_has_offsets(spark, checkpoint):
+        bounds = dataset_bounds(config, ds)
+        if check_gaps(spark, config, ds, bounds) and _checkpoint_has_offsets(spark, checkpoint):
             _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
     # A registry format's subject is followed while data flows: its fields read now, and again
     # before each micro-batch when the subject gained a version (loglake.schemaregistry.resolve).
@@ -318,15 +327,17 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
                                delta_io.APPENDED_BY_DELTA_RS)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
-    reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic) if fresh else "earliest")
+    reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic, bounds and len(bounds))
+                           if fresh else "earliest")
     # The records cap of a micro-batch, from the byte budget and the topic's record size now.
-    sizing = size_micro_batches(config, topic)
+    sizing = size_micro_batches(config, topic, bounds)
     print(f"loglake: speed {ds.name}: {sizing.describe(config)}", file=sys.stderr, flush=True)
     reader = reader.option("maxOffsetsPerTrigger", str(sizing.max_offsets))
     source = reader.load()
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
     recorder = _PositionRecorder(config, ds, topic, progress_file)
+    recorder.sizing = sizing
     if not fresh:
         # The position the checkpoint holds, recorded now: the last run may have stopped between
         # a commit and its record, and with nothing new in the log no progress would record it.
@@ -351,7 +362,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         # Unchecked only while this stream surely holds its lease (leases.StreamLease).
         sure = lease is not None and lease.sure()
         process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
-                      now["schema_version"], topic, replay_possible=first or not sure, small=small)
+                      now["schema_version"], topic, replay_possible=first or not sure, small=small,
+                      max_offsets=sizing.max_offsets)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)
@@ -464,7 +476,7 @@ def _run_query(spark: SparkSession, config: Config, ds: Dataset, *, available_no
         if not recorder.positions.close():
             print(f"loglake: speed {ds.name}: the final position is not recorded in Kafka yet (it is in the "
                   f"checkpoint; the next run records it)", file=sys.stderr, flush=True)
-    return {**json.loads(last_json), "_batches": query_batches(query, topic or ds.topic)}
+    return {**json.loads(last_json), "_batches": query_batches(query, topic or ds.topic), "_sizing": recorder.sizing}
 
 
 def query_batches(query: StreamingQuery, topic: str) -> dict[int, tuple[int, int]]:

@@ -48,10 +48,11 @@ def record_bytes(msg) -> int:
             + sum(len(k) + len(v or b"") for k, v in headers))
 
 
-def tail_sample(config: Config, topic: str, size: int = SAMPLE, timeout: float = SAMPLE_SECONDS) -> list[int]:
+def tail_sample(config: Config, topic: str, size: int = SAMPLE, timeout: float = SAMPLE_SECONDS,
+                bounds: dict[int, tuple[int, int]] | None = None) -> list[int]:
     """The sizes of up to ``size`` of the newest committed records of ``topic``, an equal share
-    from each partition that has records."""
-    bounds = {p: (lo, hi) for p, (lo, hi) in log_bounds(config, topic).items() if hi > lo}
+    from each partition that has records. ``bounds``: ``log_bounds(topic)``, if just read."""
+    bounds = {p: (lo, hi) for p, (lo, hi) in (bounds or log_bounds(config, topic)).items() if hi > lo}
     if not bounds:
         return []
     share = max(1, size // len(bounds))
@@ -62,14 +63,15 @@ def tail_sample(config: Config, topic: str, size: int = SAMPLE, timeout: float =
     return [record_bytes(m) for m in records.values()]
 
 
-def size_micro_batches(config: Config, topic: str) -> Sizing:
-    """The records cap of the stream on ``topic`` (see the module docstring)."""
+def size_micro_batches(config: Config, topic: str, bounds: dict[int, tuple[int, int]] | None = None) -> Sizing:
+    """The records cap of the stream on ``topic`` (see the module docstring). ``bounds``:
+    ``log_bounds(topic)``, if the caller just read them."""
     speed = config.profile.speed
     budget = speed.max_bytes
     if budget is None:
         return Sizing(speed.max_offsets_per_trigger, why="speed.max_offsets_per_trigger; no byte budget set")
     try:
-        sizes = tail_sample(config, topic)
+        sizes = tail_sample(config, topic, bounds=bounds)
     except KafkaUnavailableError as e:
         return Sizing(speed.max_offsets_per_trigger, why=f"speed.max_offsets_per_trigger; the record size unread: {e}")
     if not sizes:

@@ -172,16 +172,30 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
 
 
 def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro_batches_within_it(spark,
-                                                                                                 make_config):
+                                                                                                 make_config,
+                                                                                                 monkeypatch):
     from loglake.speed.sizing import size_micro_batches
+    from spark_jobs import parse
 
-    config = make_config(speed={"max_bytes_per_trigger": "32k"})
+    # A records cap above parse.EXACT_BAD_LIMIT: the sized cap, far below it, is the one that binds.
+    config = make_config(speed={"max_bytes_per_trigger": "32k", "max_offsets_per_trigger": 2 * parse.EXACT_BAD_LIMIT})
     ds = config.dataset("job_views")
     txn = produce(config, ds, 1200, bad_fraction=0.05, seed=211, transactional=True, transaction_size=50,
                   abort_every=4)
     cap = size_micro_batches(config, ds.topic).max_offsets
-    assert 100 < cap < 400  # job_views events are ~100-200 B: the budget, not the 100,000 records, binds
+    assert 100 < cap < 400  # job_views events are ~100-200 B: the budget, not the records cap, binds
+    noted = []
+
+    def counted(*args, **kwargs):
+        noted.append(kwargs.get("exact"))
+        return real_counted(*args, **kwargs)
+
+    real_counted = parse.counted
+    monkeypatch.setattr(parse, "counted", counted)
     last = run_speed(spark, config, ds, available_now=True)
+    # Micro-batches of at most the sized cap note their bad offsets one by one.
+    assert noted and all(noted), noted
+    assert last["_sizing"].max_offsets == cap
     spans = [records for records, _ms in last["_batches"].values()]
     span = sum(hi - lo for lo, hi in log_bounds(config, ds.topic).values())
     assert max(spans) <= cap
