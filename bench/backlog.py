@@ -8,7 +8,7 @@
 available-now, in-process, on a broker and state directory of its own) drains them with the
 caps ``speed.max_offsets_per_trigger`` and ``speed.max_bytes_per_trigger`` given, after a
 warm-up run of 20,000 on the same checkpoint. It prints the drain's wall time and records/s,
-the micro-batches (records each, trigger ms) and the driver JVM's peak resident memory while
+the micro-batches (records each, trigger ms) and the driver JVM's peak memory (PSS) while
 draining: what sizing micro-batches by bytes changes when a stream is behind. One setting per
 process (a fresh JVM each, so the peaks compare). A program, not a test: it asserts nothing.
 """
@@ -18,39 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
-
-from bench.harness import Harness, jvm_pid
+from bench.harness import PeakPss, jvm_pid, scratch
 from loglake.testing import workload
 
 WARM_RECORDS = 20_000
-
-
-class PeakRss:
-    """The largest resident size of a process, sampled every ``every`` seconds."""
-
-    def __init__(self, pid: int, every: float = 0.2):
-        self.proc, self.every, self.peak = psutil.Process(pid), every, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            self._stop.wait(self.every)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,11 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     max_bytes = None if args.max_bytes == "none" else args.max_bytes
-    root = Path(tempfile.mkdtemp(prefix="loglake-backlog-"))
-    h = Harness(root)
-    try:
+    with scratch("loglake-backlog-") as h:
         from loglake.kafka.admin import ensure_topic
-        from loglake.speed.sizing import size_micro_batches
         from spark_jobs.streaming import run_speed
 
         config = h.config("backlog", extra_datasets={workload.DATASET: workload.dataset_file(6)},
@@ -78,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         workload.produce(config.kafka.bootstrap_servers, ds.topic, WARM_RECORDS, args.record_bytes)
         run_speed(spark, config, ds, available_now=True)
         produce_s = workload.produce(config.kafka.bootstrap_servers, ds.topic, args.records, args.record_bytes)
-        sizing = size_micro_batches(config, ds.topic)
-        peak = PeakRss(jvm_pid(spark))
-        t0 = time.monotonic()
-        last = run_speed(spark, config, ds, available_now=True)
-        wall = time.monotonic() - t0
-        rss = peak.stop()
+        driver = jvm_pid(spark)
+        with PeakPss(lambda: [driver], every=0.2) as peak:
+            t0 = time.monotonic()
+            last = run_speed(spark, config, ds, available_now=True)
+            wall = time.monotonic() - t0
+        sizing = last["_sizing"]  # the cap the stream sized when it started
         batches = [last["_batches"][b] for b in sorted(last["_batches"])]
         records = sum(r for r, _ in batches)
         out = {"records": args.records, "record_bytes": args.record_bytes, "max_offsets_per_trigger": args.max_offsets,
@@ -93,17 +65,14 @@ def main(argv: list[str] | None = None) -> int:
                "records_per_second": round(records / wall), "micro_batches": len(batches),
                "records_per_batch": [r for r, _ in batches], "trigger_ms": [t for _, t in batches],
                "median_trigger_ms": statistics.median(t for _, t in batches),
-               "driver_peak_rss_gib": round(rss / 2**30, 2)}
+               "driver_peak_pss_gib": round(peak.peak / 2**30, 2)}
         print(f"cap {sizing.describe(config)}; drained {records:,} in {wall:.1f}s ({out['records_per_second']:,} "
               f"records/s), {len(batches)} micro-batches, median trigger {out['median_trigger_ms']:,} ms; driver "
-              f"peak RSS {out['driver_peak_rss_gib']} GiB")
+              f"peak PSS {out['driver_peak_pss_gib']} GiB")
         print(json.dumps(out))
         if args.out:
             with args.out.open("a") as f:
                 f.write(json.dumps(out) + "\n")
-    finally:
-        h.close()
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

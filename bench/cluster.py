@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import nullcontext
 
-from bench.harness import Harness, median, result
+from bench.harness import Harness, PeakPss, median, result
 from loglake.testing import workload
 
 RECORDS = 600_000
@@ -37,31 +37,6 @@ def _config(h: Harness, name: str, bootstrap: str, **kwargs):
                     speed={"max_offsets_per_trigger": PER_BATCH}, **kwargs)
 
 
-class _PeakPss:
-    """Samples the PSS of some process trees every half second, keeps the maximum."""
-
-    def __init__(self, roots):
-        self.roots, self.peak, self._stop = roots, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        from loglake.core.processes import descendants, pss_bytes
-
-        while not self._stop.wait(0.5):
-            procs = set()
-            for pid in self.roots():
-                procs.update(descendants(pid))
-            self.peak = max(self.peak, pss_bytes(procs))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
 def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, **kwargs) -> list[dict]:
     """``loglake speed run --available-now`` over one filled topic, from fresh state each run."""
     from loglake.kafka.admin import ensure_topic
@@ -77,7 +52,7 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
     for i in range(h.repeats):
         run_config = _config(h, f"{name}-run{i}", bootstrap, topic_suffix=suffix, **kwargs)
         t0 = time.monotonic()
-        with _PeakPss(memory) if memory else nullcontext() as sampler:
+        with PeakPss(memory) if memory else nullcontext() as sampler:
             outcome = SpeedStream(run_config, run_config.dataset(workload.DATASET)).run_available_now()
         if not outcome.ok or outcome.summary.records != records:
             raise RuntimeError(f"{name} speed run {i}: {outcome.summary or outcome.failure} (log {outcome.log})")

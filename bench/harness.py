@@ -9,10 +9,14 @@ and report, they assert nothing.
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from loglake.testing import Lab
 
@@ -50,6 +54,51 @@ class Harness(Lab):
         if not ok:
             raise value
         return value
+
+
+@contextmanager
+def scratch(prefix: str, keep: bool = False, **kwargs) -> Iterator[Harness]:
+    """A ``Harness`` (``kwargs``) on a new temporary root; closed after, and the root removed
+    unless ``keep``."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    h = Harness(root, **kwargs)
+    try:
+        yield h
+    finally:
+        h.close()
+        if keep:
+            print(f"state kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+class PeakPss:
+    """Samples the proportional set size of some process trees (``roots()``: their pids, each
+    with every process below it) every ``every`` seconds, and keeps the maximum, while in its
+    ``with`` block."""
+
+    def __init__(self, roots: Callable[[], Any], every: float = 0.5):
+        self.roots, self.every, self.peak, self._stop = roots, every, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from loglake.core.processes import descendants, pss_bytes
+
+        while True:
+            procs = set()
+            for pid in self.roots():
+                procs.update(descendants(pid))
+            self.peak = max(self.peak, pss_bytes(procs))
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def jvm_pid(spark) -> int:

@@ -17,13 +17,10 @@ import argparse
 import collections
 import json
 import os
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from bench.harness import Harness
+from bench.harness import scratch
 
 STEPS = {"spark_jobs.streaming": ["process_batch", "wait_while_paused"],
          "spark_jobs.delta_io": ["append_idempotent", "append_arrow", "committed_version"],
@@ -77,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bad-fraction", type=float, default=0.0, help="malformed share of the events")
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    root = Path(tempfile.mkdtemp(prefix="loglake-microbatch-"))
-    h = Harness(root)
-    try:
+    with scratch("loglake-microbatch-") as h:
         from loglake.local.produce import produce
         from spark_jobs import streaming
 
@@ -105,9 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"records_per_batch": args.records, "trigger_ms": trigger,
                           "steps_median_ms": {k: round(1000 * statistics.median(v), 1) for k, v in times.items()},
                           "steps_ms": {k: [round(1000 * x) for x in v] for k, v in times.items()}}))
-    finally:
-        h.close()
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -18,14 +18,12 @@ import datetime as dt
 import importlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from bench.harness import Harness
+from bench.harness import scratch
 from bench.report import draw_chart, table, write_json
 from loglake.core.paths import REPO_ROOT
 from loglake.testing import machine
@@ -70,12 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     machine_line = (f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · "
                     f"{stack_line(host)} · {date}")
 
-    root = Path(tempfile.mkdtemp(prefix="loglake-bench-"))
-    h = Harness(root, repeats=args.repeats, quick=args.quick)
     metrics: dict[str, dict] = {m["id"]: m for m in previous.get("metrics", [])}
     failures = {}
     started = time.monotonic()
-    try:
+    with scratch("loglake-bench-", keep=args.keep, repeats=args.repeats, quick=args.quick) as h:
         for module, ids in MODULES.items():
             if wanted is not None and not wanted & set(ids):
                 continue
@@ -90,12 +86,6 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 failures[module] = f"{type(e).__name__}: {e}"
             h.log(f"== {module} done in {time.monotonic() - t0:.0f}s")
-    finally:
-        h.close()
-        if args.keep:
-            print(f"state kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
 
     order = [m for ids in MODULES.values() for m in ids]
     ordered = sorted(metrics.values(), key=lambda m: order.index(m["id"]) if m["id"] in order else 99)
