@@ -172,7 +172,7 @@ def summarise_profile(text: str, top: int = 10) -> dict:
     }
 
 
-def _profiled(spark, fn, path: Path, h: Harness) -> tuple[object, dict]:
+def profiled(spark, fn, path: Path, h: Harness) -> tuple[object, dict]:
     """Run ``fn`` under JFR (execution samples only, ``JFC``) in the Spark JVM; its result and
     the summary (or ``{"error": ...}`` when JFR is unavailable)."""
     pid = jvm_pid(spark)
@@ -197,7 +197,7 @@ def _profiled(spark, fn, path: Path, h: Harness) -> tuple[object, dict]:
     if printed.returncode != 0:
         return out, {"error": f"jfr print failed: {printed.stderr.strip()[-300:]}"}
     summary = summarise_profile(printed.stdout)
-    h.log(f"P4: profile of {summary['samples']} samples summarised in {time.monotonic() - t0:.1f}s")
+    h.log(f"JFR: profile of {summary['samples']} samples summarised in {time.monotonic() - t0:.1f}s")
     return out, summary
 
 
@@ -300,7 +300,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
 
     # -- profile: one more recompute of the warm-up slice under JFR, not counted ----------------
     if profiling:
-        (_summary, prof_s, prof_cpu), profile = _profiled(
+        (_summary, prof_s, prof_cpu), profile = profiled(
             spark, lambda: _timed(pid, lambda: run_batch(spark, config, ds, warm_plan, "p4-profile")),
             h.root / "batch" / "p4-recompute.jfr", h)
         profile = {"run": f"one extra recompute of the warm-up slice ({warm_plan.offsets:,} records) under JFR, "

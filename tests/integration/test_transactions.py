@@ -15,13 +15,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import functions as F
 
-from loglake.ops.audit import audit_dataset, format_audit
-from loglake.ops.diff import diff_range
 from loglake.core.errors import DataLossError
 from loglake.kafka.admin import admin, group_offsets, log_bounds
-from loglake.ledger.ranges import batch_watermarks
 from loglake.ledger.planning import plan_batch
+from loglake.ledger.ranges import batch_watermarks
 from loglake.local.produce import produce
+from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.diff import diff_range
 from loglake.ops.status import dataset_status
 from spark_jobs.kafka_source import check_retained
 from spark_jobs.pipeline import recompute_and_publish
