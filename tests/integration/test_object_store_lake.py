@@ -30,6 +30,10 @@ def _commit_versions(config, path: str) -> list[int]:
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
+# make test-long only; make test covers its parts: Spark's and delta-rs's commits on the store in
+# test_object_store_commits, the leases on the store in test_object_store_leases, the same commands on
+# a filesystem lake in test_cli; the whole stack on the store in make test-compose.
+@pytest.mark.long
 def test_speed_batch_audit_and_serving_on_an_s3_lake(make_config, s3_gateway, tmp_path):
     bucket = f"lake-{uuid.uuid4().hex[:8]}"
     s3_gateway.create_bucket(bucket)
