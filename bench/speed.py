@@ -19,8 +19,8 @@ record size, 1 in 1,000 records malformed), all on the same topic per configurat
   no quarantine, no provenance columns, no position record. Measured as the speed layer is:
   the steady micro-batches' records ÷ their trigger time, from the query's own progress. With
   P10 asked, one warm-up run of each comes first (not counted) and then their runs alternate:
-  both share the session's JVM, whose JIT warms with every run (before 2026-11-28 the
-  reference's runs came after all of the speed layer's, on a JVM those had warmed).
+  both share the session's JVM, whose JIT warms with every run. The warm-ups warm the runs
+  behind P1 and P2 (and the first micro-batch's figure) too.
 - Scaling: the speed layer's steady records/s at 1, 2, 4, 8 partitions (1 KB records) and
   at 100 B, 1 KB, 10 KB records (6 partitions).
 """

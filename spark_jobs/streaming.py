@@ -191,14 +191,39 @@ def checkpoint_position(spark: SparkSession, checkpoint: str, topic: str) -> dic
     fs, path = _fs(spark, checkpoint)
     commits = _numbered(fs, path(f"{checkpoint}/commits"))
     if commits:
-        text = _read_text(spark, fs, path(f"{checkpoint}/offsets/{commits[-1]}"))
-    else:
-        # The Kafka source's initial offsets (its first micro-batch starts there).
-        initial = _numbered(fs, path(f"{checkpoint}/sources/0"))
-        text = _read_text(spark, fs, path(f"{checkpoint}/sources/0/{initial[0]}")) if initial else None
+        return _planned_ends(spark, fs, path, checkpoint, topic, commits[-1])
+    return _initial_offsets(spark, fs, path, checkpoint, topic)
+
+
+def planned_span(spark: SparkSession, checkpoint: str, topic: str, batch_id: int) -> int | None:
+    """How many offsets micro-batch ``batch_id`` of the query on ``checkpoint`` spans, from
+    Spark's offset log: its planned ends less the previous micro-batch's (or, the first, the
+    query's initial offsets). None when the log does not say."""
+    fs, path = _fs(spark, checkpoint)
+    ends = _planned_ends(spark, fs, path, checkpoint, topic, batch_id)
+    starts = (_planned_ends(spark, fs, path, checkpoint, topic, batch_id - 1) if batch_id > 0
+              else _initial_offsets(spark, fs, path, checkpoint, topic))
+    if ends is None or starts is None:
+        return None
+    return sum(max(0, e - starts.get(p, 0)) for p, e in ends.items())
+
+
+def _planned_ends(spark: SparkSession, fs, path, checkpoint: str, topic: str, batch_id: int) -> dict[int, int] | None:
+    return _topic_offsets(_read_text(spark, fs, path(f"{checkpoint}/offsets/{batch_id}")), topic)
+
+
+def _initial_offsets(spark: SparkSession, fs, path, checkpoint: str, topic: str) -> dict[int, int] | None:
+    """The Kafka source's initial offsets (its first micro-batch starts there)."""
+    initial = _numbered(fs, path(f"{checkpoint}/sources/0"))
+    return _topic_offsets(_read_text(spark, fs, path(f"{checkpoint}/sources/0/{initial[0]}")) if initial else None,
+                          topic)
+
+
+def _topic_offsets(text: str | None, topic: str) -> dict[int, int] | None:
+    """``topic``'s offsets in an offset-log file ("v1", then metadata, then one line per source)."""
     if text is None:
         return None
-    for line in reversed(text.splitlines()):  # "v1", then metadata, then one line per source
+    for line in reversed(text.splitlines()):
         line = line.strip()
         if line.startswith("{") and f'"{topic}"' in line:
             found = parse_spark_offsets(line).get(topic, {})
@@ -240,12 +265,12 @@ SMALL_BATCH_RECORDS = 10_000
 class _PositionRecorder(StreamingQueryListener):
     """After each committed batch: record the position in Kafka (from a thread of its own,
     so that a broker outage delays the record, never the stream) and keep a progress file."""
-    def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None):
+    def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None, sizing: Sizing):
         self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
         self.query_id: str | None = None
         self.positions = PositionCommitter(config, ds.consumer_group, topic)
         self.last_records: int | None = None  # records of the newest micro-batch reported
-        self.sizing: Sizing | None = None  # the micro-batch cap the stream started with
+        self.sizing = sizing  # the micro-batch cap the stream started with
         # The listener's thread and the main thread (the final progress) both keep the file.
         self._file_lock = threading.Lock()
 
@@ -331,13 +356,12 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
                            if fresh else "earliest")
     # The records cap of a micro-batch, from the byte budget and the topic's record size now.
     sizing = size_micro_batches(config, topic, bounds)
-    print(f"loglake: speed {ds.name}: {sizing.describe(config)}", file=sys.stderr, flush=True)
+    print(f"loglake: speed {ds.name}: {sizing.describe()}", file=sys.stderr, flush=True)
     reader = reader.option("maxOffsetsPerTrigger", str(sizing.max_offsets))
     source = reader.load()
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
-    recorder = _PositionRecorder(config, ds, topic, progress_file)
-    recorder.sizing = sizing
+    recorder = _PositionRecorder(config, ds, topic, progress_file, sizing)
     if not fresh:
         # The position the checkpoint holds, recorded now: the last run may have stopped between
         # a commit and its record, and with nothing new in the log no progress would record it.
@@ -361,9 +385,14 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
         # Unchecked only while this stream surely holds its lease (leases.StreamLease).
         sure = lease is not None and lease.sure()
+        # The first micro-batch may be one a previous run planned under another cap: its own
+        # span, from the offset log, bounds it; the later ones are planned under this run's cap.
+        most = sizing.max_offsets
+        if first and not fresh:
+            most = planned_span(spark, checkpoint, topic, batch_id) or most
         process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
                       now["schema_version"], topic, replay_possible=first or not sure, small=small,
-                      max_offsets=sizing.max_offsets)
+                      max_offsets=most)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)

@@ -29,16 +29,13 @@ class Sizing:
     max_offsets: int                  # the maxOffsetsPerTrigger the stream starts with
     mean_bytes: float | None = None   # mean record size of the sample (None: not sized)
     sampled: int = 0
-    why: str = ""                     # why the records cap stands alone, when it does
+    bound: str = ""                   # the setting that bounds the cap, and why it alone when it does
 
-    def describe(self, config: Config) -> str:
-        speed = config.profile.speed
+    def describe(self) -> str:
         if self.mean_bytes is None:
-            return f"micro-batches of at most {self.max_offsets:,} records ({self.why})"
-        bound = ("speed.max_offsets_per_trigger" if self.max_offsets == speed.max_offsets_per_trigger
-                 else f"speed.max_bytes_per_trigger {speed.max_bytes_per_trigger}")
+            return f"micro-batches of at most {self.max_offsets:,} records ({self.bound})"
         return (f"micro-batches of at most {self.max_offsets:,} records (mean record {self.mean_bytes:,.0f} B "
-                f"over the newest {self.sampled:,}; bound by {bound})")
+                f"over the newest {self.sampled:,}; bound by {self.bound})")
 
 
 def record_bytes(msg) -> int:
@@ -69,13 +66,16 @@ def size_micro_batches(config: Config, topic: str, bounds: dict[int, tuple[int, 
     speed = config.profile.speed
     budget = speed.max_bytes
     if budget is None:
-        return Sizing(speed.max_offsets_per_trigger, why="speed.max_offsets_per_trigger; no byte budget set")
+        return Sizing(speed.max_offsets_per_trigger, bound="speed.max_offsets_per_trigger; no byte budget set")
     try:
         sizes = tail_sample(config, topic, bounds=bounds)
     except KafkaUnavailableError as e:
-        return Sizing(speed.max_offsets_per_trigger, why=f"speed.max_offsets_per_trigger; the record size unread: {e}")
+        return Sizing(speed.max_offsets_per_trigger, bound=f"speed.max_offsets_per_trigger; the record size unread: {e}")
     if not sizes:
-        return Sizing(speed.max_offsets_per_trigger, why="speed.max_offsets_per_trigger; the topic holds no record "
+        return Sizing(speed.max_offsets_per_trigger, bound="speed.max_offsets_per_trigger; the topic holds no record "
                                                          "to size the byte budget by yet")
     mean = max(1.0, sum(sizes) / len(sizes))
-    return Sizing(max(1, min(speed.max_offsets_per_trigger, int(budget // mean))), mean, len(sizes))
+    by_bytes = int(budget // mean)
+    if by_bytes < speed.max_offsets_per_trigger:
+        return Sizing(max(1, by_bytes), mean, len(sizes), f"speed.max_bytes_per_trigger {speed.max_bytes_per_trigger}")
+    return Sizing(speed.max_offsets_per_trigger, mean, len(sizes), "speed.max_offsets_per_trigger")

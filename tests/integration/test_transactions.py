@@ -10,6 +10,7 @@ sees it, so a bug shared by loglake's reader and writer cannot hide.
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -140,7 +141,7 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
     # Nothing to size by yet: the records cap alone, said so.
     empty = size_micro_batches(config, ds.topic)
     assert (empty.max_offsets, empty.mean_bytes) == (100_000, None)
-    assert "holds no record" in empty.describe(config)
+    assert "holds no record" in empty.describe()
 
     p = Producer({"bootstrap.servers": config.kafka.bootstrap_servers, "transactional.id": f"sizing-{ds.topic}"})
     p.init_transactions()
@@ -161,14 +162,55 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
     assert sized.mean_bytes == 1016
     assert sized.max_offsets == 65_536 // 1016 == 64
     assert sized.sampled >= ds.partitions * 40
-    assert "mean record 1,016 B" in sized.describe(config)
+    assert "mean record 1,016 B" in sized.describe() and "bound by speed.max_bytes_per_trigger 64k" in sized.describe()
     # A cap in records alone binds first when it is the smaller.
     assert size_micro_batches(make_config(speed={"max_bytes_per_trigger": "64k", "max_offsets_per_trigger": 50}),
                               ds.topic).max_offsets == 50
     # No budget: the records cap, the topic unread.
     unsized = size_micro_batches(make_config(speed={"max_offsets_per_trigger": 70, "max_bytes_per_trigger": None}),
                                  ds.topic)
-    assert (unsized.max_offsets, unsized.mean_bytes) == (70, None) and "no byte budget" in unsized.why
+    assert (unsized.max_offsets, unsized.mean_bytes) == (70, None) and "no byte budget" in unsized.bound
+
+
+def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planned_with(spark, make_config,
+                                                                                        monkeypatch):
+    """A stream's first micro-batch may be one the previous run planned (Spark's offset log)
+    under a larger cap: it is noted by its own span, not by this run's cap."""
+    from spark_jobs import parse, streaming
+
+    suffix = f"replayed-{uuid.uuid4().hex[:6]}"
+    config = make_config(speed={"max_offsets_per_trigger": 100, "max_bytes_per_trigger": None}, topic_suffix=suffix)
+    ds = config.dataset("job_views")
+    produce(config, ds, 400, bad_fraction=0.1, seed=221)
+    monkeypatch.setattr(parse, "EXACT_BAD_LIMIT", 60)  # the driver decides; a small limit makes 100 "large"
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the driver died after planning the micro-batch")
+
+    with monkeypatch.context() as m:
+        m.setattr(streaming, "process_batch", crash)
+        with pytest.raises(Exception, match="the driver died"):
+            run_speed(spark, config, ds, available_now=True)
+    # Spark shares the cap out among the partitions, rounding down: up to 100, above the limit.
+    assert 60 < streaming.planned_span(spark, config.checkpoint_path(ds), ds.topic, 0) <= 100
+
+    noted = []
+
+    def counted(*args, **kwargs):
+        noted.append(kwargs.get("exact"))
+        return real_counted(*args, **kwargs)
+
+    real_counted = parse.counted
+    monkeypatch.setattr(parse, "counted", counted)
+    # Restarted with a smaller cap: the same conf directory, state and topic.
+    config = make_config(speed={"max_offsets_per_trigger": 50, "max_bytes_per_trigger": None}, topic_suffix=suffix)
+    ds = config.dataset("job_views")
+    last = run_speed(spark, config, ds, available_now=True)
+    spans = [records for records, _ms in last["_batches"].values()]
+    # The replayed micro-batch (100 offsets) takes the bounded path; the new ones (≤ 50) are exact.
+    assert noted[0] is False and noted[1:] and all(noted[1:]), noted
+    everything = landed(spark, config, ds, "speed")  # speed rows and the speed layer's quarantine rows
+    assert len(everything) == len(set(everything)) == 400, spans
 
 
 def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro_batches_within_it(spark,

@@ -26,11 +26,12 @@ CHILD = r"""
 import json, sys, time
 from types import SimpleNamespace
 from loglake.core.config import load_config
+from loglake.speed.sizing import Sizing
 from spark_jobs.streaming import _PositionRecorder
 
 config = load_config(sys.argv[1], home=sys.argv[2])
 ds = config.dataset("job_views")
-recorder = _PositionRecorder(config, ds, ds.topic, None)
+recorder = _PositionRecorder(config, ds, ds.topic, None, Sizing(100))
 n = 0
 while True:
     n += 1

@@ -8,6 +8,7 @@ import threading
 
 from loglake.core.config import load_config
 from loglake.testing import write_conf
+from loglake.speed.sizing import Sizing
 from spark_jobs.streaming import _PositionRecorder
 
 
@@ -16,7 +17,7 @@ def test_two_threads_keeping_the_progress_file_never_fail(tmp_path):
     ds = config.dataset("job_views")
     progress = tmp_path / "run" / "speed-job_views.progress.json"
     progress.parent.mkdir(parents=True)
-    recorder = _PositionRecorder(config, ds, ds.topic, progress)
+    recorder = _PositionRecorder(config, ds, ds.topic, progress, Sizing(100))
     errors: list[BaseException] = []
 
     def keep(writer: str) -> None:
