@@ -521,7 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("up", "start Kafka, every speed stream and Airflow in the background"),
                        ("down", "stop everything `up` started"),
                        ("status", "every process, and per partition: log end, speed position, batch watermark")):
-        sub.add_parser(name, help=text)
+        parser = sub.add_parser(name, help=text)
+        if name == "status":
+            parser.add_argument("--json", action="store_true",
+                                help="all of it as one JSON object (what the metrics are made of)")
 
     au = sub.add_parser("audit", help="check that every retained offset is in the tables exactly once")
     au.add_argument("dataset")
@@ -567,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _platform(action: str):
     def run(config: Config, args) -> int:
+        if action == "status":
+            return stack.status(config, as_json=args.json)
         return getattr(stack, action)(config)
     return run
 

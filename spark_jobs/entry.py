@@ -25,9 +25,10 @@ from loglake.core.errors import ConfigError, JobFailure, KafkaAuthenticationErro
 from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest, report, summary_file_of
 from loglake.jobs.session import get_spark
-from loglake.jobs.summaries import JobSummary
+from loglake.jobs.summaries import BatchSummary, JobSummary
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
+from loglake.observe import series
 from loglake.schemaregistry.resolve import resolve
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
@@ -80,10 +81,29 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     # costs no memory) and held until the session stopped.
     lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
              if job in WRITERS else nullcontext())
-    with lease:
-        with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
-            summary = body(spark, config, ds, request)
-    return replace(summary, start_seconds=round(start_seconds, 3), shared_application=shared)
+    t0 = time.monotonic()
+    try:
+        with lease:
+            with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
+                summary = body(spark, config, ds, request)
+    except BaseException:
+        series.record(config, ds.name, "job", job=job, run_id=request.run_id, ok=False,
+                      seconds=round(time.monotonic() - t0, 3))
+        raise
+    summary = replace(summary, start_seconds=round(start_seconds, 3), shared_application=shared)
+    record_job(config, ds.name, job, summary)
+    return summary
+
+
+def record_job(config: Config, dataset: str, job: str, summary: JobSummary) -> None:
+    """The job's event in the dataset's metrics series (``loglake.observe.series``): its seconds
+    and phases; a batch run's records and quarantined ones by reason; whether it published."""
+    quality = getattr(summary, "quality", None) or summary
+    extra = {}
+    if isinstance(summary, BatchSummary):
+        extra = {"records": summary.records, "quarantined": summary.quarantined_by_reason}
+    series.record(config, dataset, "job", job=job, run_id=summary.run_id, ok=True, seconds=summary.seconds,
+                  phases=summary.phases, published=bool(getattr(quality, "published", False)), **extra)
 
 
 @contextmanager

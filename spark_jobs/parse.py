@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from functools import reduce
-from typing import Sequence
+from typing import Callable, Sequence
 
 from py4j.java_gateway import JavaClass
 from pyspark import SparkContext
@@ -262,7 +262,7 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
     """
     bad = F.col("_reason").isNotNull()
     metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
-               _carry(bad).alias("carried")]
+               _carry(bad).alias("carried"), F.collect_set(F.col("_reason.code")).alias("codes")]
     if exact:
         # "p:o,p:o,...": a string crosses Py4J in one piece, a list of rows would not.
         metrics.append(F.concat_ws(",", F.collect_list(F.when(bad, F.concat_ws(":", "_partition", "_offset"))))
@@ -294,6 +294,37 @@ def quarantined(raw: DataFrame, counts: dict, ds: Dataset, layer: str, config, t
     if carried is not None:
         return raw.sparkSession.createDataFrame(carried, contracts.QUARANTINE.ddl)
     return quarantine_rows(validate(bad_records(raw, counts, config, topic), ds), layer)
+
+
+def reason_counts(counts: dict) -> dict[str, int] | None:
+    """Quarantined records per reason code, from the rows a pass carried (``counted``); None
+    when it did not carry them all (``observe_reasons`` counts them as they are written)."""
+    rows = counts["carried"]["rows"] if counts.get("carried") is not None else None
+    if rows is None or len(rows) != counts["quarantined"]:
+        return None
+    at = CARRIED.names.index("reason_code")
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r[at]] = out.get(r[at], 0) + 1
+    return out
+
+
+def observe_reasons(rows: DataFrame, codes: Sequence[str]) -> tuple[DataFrame, Callable[[], dict[str, int]]]:
+    """Quarantine ``rows`` counted per reason code as a write reads them; ``codes``: the codes
+    ``counted`` saw (its ``codes``, a handful). The second value reads the counts after the write."""
+    codes = sorted(codes)
+    obs = Observation("loglake_reasons")
+    observed = rows.observe(obs, F.count(F.lit(1)).alias("all"),
+                            *(F.count_if(F.col("reason_code") == c).alias(f"r{i}") for i, c in enumerate(codes)))
+
+    def read() -> dict[str, int]:
+        got = obs.get
+        out = {c: got[f"r{i}"] for i, c in enumerate(codes) if got[f"r{i}"]}
+        rest = got["all"] - sum(out.values())
+        if rest:
+            out["other"] = rest
+        return out
+    return observed, read
 
 
 def carried_arrow(counts: dict, layer: str):

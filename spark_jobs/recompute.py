@@ -66,8 +66,10 @@ def _replace(df: DataFrame, ds: Dataset, path: str, predicate: str, pause=None) 
 
 
 def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
-           validated: DataFrame, batch_path: str, quarantine_path: str, pause, phases: Phases) -> dict:
-    """The batch run's writes: valid rows, then its quarantine; the observed counts."""
+           validated: DataFrame, batch_path: str, quarantine_path: str, pause,
+           phases: Phases) -> tuple[dict, dict[str, int]]:
+    """The batch run's writes: valid rows, then its quarantine; the observed counts, and the
+    quarantined records per reason code."""
     # The first write reads, validates and counts (per partition, for the ledger).
     exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
     observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
@@ -81,6 +83,10 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
             _replace(parse.quarantine_rows(validated, "batch"), ds, quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
         n = observation.get
+        reasons = parse.reason_counts(n)
+        if reasons is None:  # from the cache: the latest state's rows are few by nature
+            reasons = {r[0]: r[1] for r in validated.where(F.col("_reason").isNotNull())
+                       .groupBy(F.col("_reason.code")).count().collect()}
     else:
         # The quarantine is rewritten from the rows the first pass carried (a few), else by a
         # second pass over the bad offsets only, when there are some.
@@ -90,13 +96,17 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
             n = observation.get
         where = f"_layer = 'batch' AND ({predicate})"
         with phases("quarantine"):
+            reasons = parse.reason_counts(n) or {}
             if n["quarantined"]:
-                _replace(parse.quarantined(raw, n, ds, "batch", config, ds.topic), ds, quarantine_path, where, pause)
+                bad = parse.quarantined(raw, n, ds, "batch", config, ds.topic)
+                bad, counted_reasons = parse.observe_reasons(bad, n["codes"])
+                _replace(bad, ds, quarantine_path, where, pause)
+                reasons = parse.reason_counts(n) or counted_reasons()
             elif delta_io.table_exists(spark, quarantine_path):
                 delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
             else:
                 delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path, ds.stats_columns)
-    return n
+    return n, reasons
 
 
 def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
@@ -131,7 +141,8 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
             "loglake_schema_version": schema_version, "loglake_staged": staged}
     try:
         with delta_io.commit_metadata(spark, meta):
-            n = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause, phases)
+            n, reasons = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause,
+                                phases)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -145,5 +156,5 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
     total = records + quarantined
     return BatchSummary(dataset=ds.name, run_id=run_id, ranges=len(ranges), records=records, quarantined=quarantined,
-                        staged=staged, schema_version=schema_version, seconds=round(seconds, 3),
+                        quarantined_by_reason=reasons, staged=staged, schema_version=schema_version, seconds=round(seconds, 3),
                         phases=phases.seconds, records_per_second=round(total / seconds) if seconds else None)

@@ -29,6 +29,7 @@ from loglake.ledger.leases import StreamLease, stream_lease, wait_while_paused
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.ledger.tables import landed_positions
+from loglake.observe import series
 from loglake.schemaregistry.resolve import Follower
 from loglake.speed.sizing import Sizing, size_micro_batches
 from spark_jobs import delta_io, evolution, parse
@@ -37,8 +38,10 @@ from spark_jobs.kafka_source import source_options
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
-                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None) -> None:
+                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None) -> dict | None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
+    Returns what it wrote (``records`` valid, ``quarantined`` per reason code), None for a
+    replayed micro-batch whose rows had landed (its first run counted them).
 
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones and carrying them to the driver while they are few
@@ -76,6 +79,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
         validated = validated.persist()
     # Delta checks (app_id, batch_id) only where a replay is possible: at a cost (delta_io).
     checked = replay_possible
+    wrote = None
     try:
         landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
         if landed is not None and landed >= batch_id:
@@ -93,15 +97,20 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
                                        app_id, batch_id, meta, ds.stats_columns, checked=checked)
             counts = observation.get
+            wrote = {"records": counts["records"], "quarantined": {}}
             if counts["quarantined"]:
                 # The few carried rows go in by delta-rs (no Spark job: this commit is a micro-batch's
                 # second); more, or no table yet, by Spark.
                 carried = parse.carried_arrow(counts, "speed")
+                wrote["quarantined"] = parse.reason_counts(counts)
                 if carried is None or not delta_io.append_arrow(carried, quarantine_path, app_id, batch_id, meta,
                                                                 checked=checked):
                     bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
+                    bad, reasons = parse.observe_reasons(bad, counts["codes"])
                     delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
                                                checked=checked)
+                    if wrote["quarantined"] is None:
+                        wrote["quarantined"] = reasons()
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
@@ -109,6 +118,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
+    return wrote
 
 
 def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str,
@@ -390,9 +400,13 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         most = sizing.max_offsets
         if first and not fresh:
             most = planned_span(spark, checkpoint, topic, batch_id) or most
-        process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
-                      now["schema_version"], topic, replay_possible=first or not sure, small=small,
-                      max_offsets=most)
+        t0 = time.monotonic()
+        wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
+                              now["schema_version"], topic, replay_possible=first or not sure, small=small,
+                              max_offsets=most)
+        if wrote is not None and topic == ds.topic:  # the metrics' series (loglake.observe.series)
+            series.record(config, ds.name, "micro_batch", batch=batch_id, seconds=round(time.monotonic() - t0, 3),
+                          **wrote)
 
     writer = source.writeStream.queryName(f"speed_{ds.name}").option("checkpointLocation", checkpoint)
     writer = writer.foreachBatch(on_batch)

@@ -667,6 +667,46 @@ class SpeedSettings(_Strict):
         return float(n) * scale
 
 
+class AlertSettings(_Strict):
+    """The thresholds of the alerting rules shipped in docker/prometheus/ (docs/observability.md):
+    exported as metrics (``loglake_alert_threshold``), so the rules read them, not a copy."""
+
+    speed_lag_seconds: float = Field(default=600.0, gt=0)    # the oldest record the speed layer has not read
+    watermark_stale_minutes: float = Field(default=180.0, gt=0)  # since a batch run last published
+    quarantine_ratio: float = Field(default=0.05, gt=0, le=1)   # quarantined ÷ all, over the last 15 minutes
+
+
+class MetricsSettings(_Strict):
+    """Prometheus metrics (docs/observability.md). ``port``: the platform's exporter's
+    (``loglake up``; ``$LOGLAKE_METRICS_PORT`` overrides); ``speed_port`` and ``jobs_port``: the
+    speed application's and the shared Spark application's own. Each: a port, 0 for a free one
+    at each start, or null for none. Every process that serves lists its address in
+    ``<state>/metrics/targets.json``, for Prometheus's ``file_sd_configs``. ``statsd_port``:
+    where the platform's exporter takes Airflow's StatsD metrics (null: Airflow's metrics off).
+    ``sample_interval``: seconds between the exporter's samples of every dataset's lag (the
+    loglake page's charts); ``keep_hours``: how long the samples and events are kept apart (older
+    ones are folded into the counters)."""
+
+    host: str = "127.0.0.1"
+    port: int | None = Field(default=9464, ge=0, le=65535)
+    speed_port: int | None = Field(default=0, ge=0, le=65535)
+    jobs_port: int | None = Field(default=0, ge=0, le=65535)
+    statsd_port: int | None = Field(default=None, ge=0, le=65535)
+    sample_interval: float = Field(default=30.0, ge=1)
+    keep_hours: float = Field(default=24.0, gt=0)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+
+    @property
+    def platform_port(self) -> int | None:
+        env = os.environ.get("LOGLAKE_METRICS_PORT")
+        if env is None:
+            return self.port
+        if not env.isdigit() or int(env) > 65535:
+            raise ConfigError(f"LOGLAKE_METRICS_PORT must be a port number (0: a free one), found {env!r}",
+                              key="LOGLAKE_METRICS_PORT")
+        return int(env)
+
+
 class RegistrySettings(_Strict):
     """The schema registry of the topics in a registry format (Confluent REST API).
 
@@ -721,6 +761,7 @@ class Profile(_Strict):
     lake: LakeSettings = Field(default_factory=LakeSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     speed: SpeedSettings = Field(default_factory=SpeedSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster); with
     # ``kafka.security`` its three nodes are secured as the embedded broker is.
     local_cluster: LocalClusterSettings | None = None

@@ -89,6 +89,7 @@ class BatchSummary(JobSummary):
     ranges: int = 0
     records: int = 0
     quarantined: int = 0
+    quarantined_by_reason: dict[str, int] = field(default_factory=dict)  # reason code → records
     staged: bool = False
     schema_version: int | None = None
     records_per_second: int | None = None

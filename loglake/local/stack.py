@@ -9,17 +9,19 @@ end offset, the speed layer's position and the batch watermark. Used by
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
 from loglake.core.config import Config
 from loglake.core.errors import ConfigError, LoglakeError
-from loglake.core.processes import state_label
+from loglake.core.processes import Managed, state_label
 from loglake.core.retrying import retry_transient
 from loglake.jobs import shared_app
-from loglake.jobs.launch import start_shared_application
+from loglake.jobs.launch import job_env, start_shared_application
 from loglake.kafka.admin import ensure_topic, list_topics
 from loglake.kafka.security import BrokerSecurity
 from loglake.ledger.schemas import SchemaChangeError, check
@@ -27,9 +29,25 @@ from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, passwo
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
 from loglake.local.schema_registry import EmbeddedRegistry
+from loglake.observe import exporter, snapshot
 from loglake.ops.status import dataset_status, format_status
 from loglake.schemaregistry import status_line
 from loglake.speed.streams import forget, orphans, streams
+
+EXPORTER = "metrics"  # the platform's Prometheus exporter (loglake.local.metrics)
+
+
+def exporter_process(config: Config) -> Managed:
+    return Managed(config.home, EXPORTER)
+
+
+def start_exporter(config: Config) -> tuple[int, bool]:
+    """Start the platform's exporter unless it runs: (pid, started now)."""
+    proc = exporter_process(config)
+    pid = proc.pid()
+    if pid:
+        return pid, False
+    return proc.start([sys.executable, "-m", "loglake.local.metrics"], env=job_env(config, spark_submitted=False)), True
 
 
 def broker(config: Config):
@@ -164,6 +182,12 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         print(f"spark-jobs: {'started' if new else 'already running'} (pid {pid}; the shared Spark application "
               f"of the batch-side jobs, log {shared_app.process(config).log_file})")
 
+    if exporter.serves(config):
+        pid, new = start_exporter(config)
+        print(f"metrics: {'started' if new else 'already running'} at {exporter.url(config)} (pid {pid}, log "
+              f"{exporter_process(config).log_file}; Prometheus's file_sd_configs: "
+              f"{config.home / 'metrics' / 'targets.json'})")
+
     # Unpaused: the scheduled batch DAG runs without anyone switching it on.
     airflow = _airflow(config, airflow_port, dags_paused=False)
     if airflow.status(timeout=2)["components"]["scheduler"]["alive"] and airflow.datasets_changed():
@@ -181,6 +205,8 @@ def down(config: Config) -> int:
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
     print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
+    if exporter_process(config).stop():
+        print("metrics: stopped")
     stop_streams(config)
     stop_registry(config)
     if config.profile.local_cluster is not None:
@@ -194,58 +220,89 @@ def down(config: Config) -> int:
     return 0
 
 
-def status(config: Config) -> int:
-    """Every process, then per dataset and partition: end offset, speed position, batch watermark.
+@dataclass(frozen=True)
+class ProcessState:
+    """One process of the platform as ``loglake status`` shows it (and ``--json``, and the
+    exporter's ``loglake_process_up``)."""
 
-    Returns 0 when every process is running (and Airflow is healthy), 1 otherwise.
-    """
+    name: str
+    pid: int | None
+    running: bool
+    detail: str = ""          # printed after the state
+    label: str | None = None  # printed instead of ``running (pid N)``/``stopped``
 
-    ok = True
-    print("processes:")
+    def line(self) -> str:
+        return f"  {self.name:<22} {self.label or state_label(self.pid)}{'  ' + self.detail if self.detail else ''}"
+
+
+def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]] | None, bool]:
+    """Every process of the platform, the local cluster's own status (ok, lines; None without
+    one), and whether Kafka runs."""
+    rows: list[ProcessState] = []
+    cluster_lines = None
     kafka_up = True
     if config.profile.local_cluster is not None:
-
         cluster = LocalCluster(config)
-        cluster_ok, lines = cluster.status_lines()
-        ok &= cluster_ok
-        kafka_up = any(n.pid for n in cluster.kafka_nodes())
-        print("\n".join("  " + line.strip() for line in lines))
+        cluster_lines = cluster.status_lines()
+        nodes = [(f"kafka-node-{n.node_id}", n.pid) for n in cluster.kafka_nodes()]
+        kafka_up = any(pid for _name, pid in nodes)
+        spark = [("spark-master", cluster.master().pid())] + [(f"spark-{w.name}", w.pid()) for w in cluster.workers()]
+        rows += [ProcessState(name, pid, pid is not None) for name, pid in nodes + spark]
     elif config.kafka.embedded:
-        kafka = broker(config)
-        pid = kafka.pid
+        pid = broker(config).pid
         kafka_up = pid is not None
-        ok &= kafka_up
-        print(f"  kafka                  {state_label(pid)}  {kafka.bootstrap}")
+        rows.append(ProcessState("kafka", pid, kafka_up, broker(config).bootstrap))
     else:
-        print(f"  kafka                  external            {config.kafka.bootstrap_servers}")
+        rows.append(ProcessState("kafka", None, True, config.kafka.bootstrap_servers, label="external".ljust(18)))
     registry = schema_registry(config)
     if registry is not None:
         pid = registry.pid()
-        ok &= pid is not None
-        print(f"  {'registry':<22} {state_label(pid)}  {config.registry.url}")
+        rows.append(ProcessState("registry", pid, pid is not None, config.registry.url))
     for stream in streams(config):
         pid = stream.pid()
-        ok &= pid is not None
         failed = None if pid else stream.failure()
-        print(f"  {'speed-' + stream.ds.name:<22} {state_label(pid)}"
-              + (f"  by a permanent error (not restarted): {failed.error_type}: "
-                 f"{failed.error.splitlines()[0]}" if failed else ""))
+        rows.append(ProcessState(f"speed-{stream.ds.name}", pid, pid is not None,
+                                 f"by a permanent error (not restarted): {failed.error_type}: "
+                                 f"{failed.error.splitlines()[0]}" if failed else ""))
     if config.profile.spark.shared_application:
-
         state = shared_app.state(config)
-        ok &= state.startswith("running")
-        print(f"  {'spark-jobs':<22} {state}")
-    airflow = _airflow(config)
-    st = airflow.status()
+        rows.append(ProcessState("spark-jobs", shared_app.process(config).pid(), state.startswith("running"),
+                                 label=state))
+    if exporter.serves(config):
+        pid = exporter_process(config).pid()
+        rows.append(ProcessState("metrics", pid, pid is not None, exporter.url(config)))
+    st = _airflow(config).status()
     for c, info in st["components"].items():
-        ok &= info["alive"]
-        health = f"  {info['health']}" if info["health"] else ""
-        print(f"  {'airflow-' + c:<22} {state_label(info['pid'])}{health}")
-    ok &= st["healthy"]
-    print(f"  airflow UI             {st['url']} ({'healthy' if st['healthy'] else 'not answering or unhealthy'})")
+        rows.append(ProcessState(f"airflow-{c}", info["pid"], info["alive"], info["health"] or ""))
+    rows.append(ProcessState("airflow UI", None, st["healthy"], label=f"{st['url']} "
+                             f"({'healthy' if st['healthy'] else 'not answering or unhealthy'})"))
+    return rows, cluster_lines, kafka_up
+
+
+def status(config: Config, as_json: bool = False) -> int:
+    """Every process, then per dataset and partition: end offset, speed position, batch watermark
+    (``as_json``: all of it as one JSON object, ``loglake.observe.snapshot``).
+
+    Returns 0 when every process is running (and Airflow is healthy), 1 otherwise.
+    """
+    rows, cluster_lines, kafka_up = processes(config)
+    ok = all(r.running for r in rows) and (cluster_lines is None or cluster_lines[0])
+    if as_json:
+        snap = snapshot.platform(config, rows, kafka_up)
+        print(json.dumps(snap, indent=1, default=str))
+        return 0 if ok and not snap["errors"] else 1
+    print("processes:")
+    if cluster_lines is not None:
+        print("\n".join("  " + line.strip() for line in cluster_lines[1]))
+    cluster_names = {r.name for r in rows if r.name.startswith(("kafka-node-", "spark-"))} - {"spark-jobs"}
+    for r in rows:
+        if r.name not in cluster_names:
+            print(r.line())
     line = registry_line(config)
     if line is not None:
         print(line)
+    if exporter.serves(config):
+        print(f"metrics: {exporter.url(config)}")
 
     print("datasets (per partition: log end, speed position and lag, batch watermark):")
     for ds in config.datasets.values():

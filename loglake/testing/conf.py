@@ -31,7 +31,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                datasets: dict[str, dict] | None = None, spark: dict | None = None,
                extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
                local_cluster: dict | None = None, java_options: str | None = None,
-               registry: str | dict | None = None, lake: dict | None = None) -> Path:
+               registry: str | dict | None = None, lake: dict | None = None, metrics: dict | None = None) -> Path:
     """A conf/ directory for one test: the repo's datasets on topics of their own.
 
     ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
@@ -40,7 +40,8 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     adds dataset files (name → file content) beside the repo's; ``java_options`` go to the
     Spark drivers and executors after loglake's own (default: ``JAVA_OPTIONS``); ``registry``
     the URL of the profile's schema registry (or its whole ``registry`` section); ``lake`` the
-    profile's ``lake`` section (an ``s3a://`` root and its ``object_store``).
+    profile's ``lake`` section (an ``s3a://`` root and its ``object_store``); ``metrics`` more of
+    its ``metrics`` keys (the platform's exporter on a free port by default).
     """
     conf = root / "conf"
     (conf / "datasets").mkdir(parents=True, exist_ok=True)
@@ -51,6 +52,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                   "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                            "spark.sql.adaptive.enabled": "false"}},
         "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
+        "metrics": {"port": 0, **(metrics or {})},
     }
     java_options = JAVA_OPTIONS if java_options is None else java_options
     if java_options:

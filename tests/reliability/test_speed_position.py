@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from loglake.kafka.admin import ensure_topic, group_offsets
 from loglake.core.processes import wait_for
+from loglake.kafka.admin import ensure_topic, group_offsets
 from loglake.testing import Lab
 
 pytestmark = pytest.mark.reliability

@@ -7,8 +7,8 @@ import json
 import threading
 
 from loglake.core.config import load_config
-from loglake.testing import write_conf
 from loglake.speed.sizing import Sizing
+from loglake.testing import write_conf
 from spark_jobs.streaming import _PositionRecorder
 
 

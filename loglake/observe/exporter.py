@@ -1,0 +1,249 @@
+"""loglake's state as Prometheus metrics (docs/observability.md has the list), and where
+Prometheus finds the processes that serve them.
+
+``dataset_families`` turns one ``loglake.observe.snapshot.dataset`` dictionary (what
+``loglake status --json`` prints) into metric families; the platform's exporter
+(``loglake.local.metrics``, run by ``loglake up``) serves them with the processes' and the
+alert thresholds' families at each scrape.
+
+Every process that serves metrics lists itself in ``<state>/metrics/targets/`` and in
+``<state>/metrics/targets.json``, a file Prometheus's ``file_sd_configs`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from loglake.core.config import Config
+from loglake.observe import series
+
+
+def serves(config: Config) -> bool:
+    """Whether the platform runs an exporter (``metrics.port`` not null)."""
+    return config.profile.metrics.platform_port is not None
+
+
+def url(config: Config, name: str = "metrics") -> str:
+    """Where process ``name`` serves its metrics: the address it listed (``register``), else
+    the configured one."""
+    entry = registered(config).get(name)
+    if entry is not None:
+        return f"http://{entry}/metrics"
+    m = config.profile.metrics
+    return f"http://{m.host}:{m.platform_port}/metrics"
+
+
+# --- the metrics ------------------------------------------------------------------------
+
+
+def _epoch(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return datetime.fromisoformat(str(value)).timestamp()
+
+
+def _histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=labels, unit="")
+
+
+def _add_histogram(family: HistogramMetricFamily, values: list[str], h: dict) -> None:
+    cumulative, running = [], 0
+    for bound, n in zip(series.BUCKETS, h["buckets"]):
+        running += n
+        cumulative.append((repr(float(bound)), running))
+    cumulative.append(("+Inf", h["count"]))
+    family.add_metric(values, cumulative, h["sum"])
+
+
+def dataset_families(name: str, d: dict, thresholds: dict | None = None) -> list[Metric]:
+    """The metric families of one dataset's ``snapshot.dataset`` dictionary."""
+    g = {}
+
+    def gauge(metric: str, doc: str, labels: tuple[str, ...] = ("dataset", "partition")) -> GaugeMetricFamily:
+        if metric not in g:
+            g[metric] = GaugeMetricFamily(metric, doc, labels=list(labels))
+        return g[metric]
+
+    for p in d["partitions"]:
+        at = [name, str(p["partition"])]
+        gauge("loglake_log_start_offset", "The partition's earliest retained offset.").add_metric(at, p["earliest"])
+        gauge("loglake_log_end_offset", "The partition's log end offset (the next offset Kafka writes).").add_metric(
+            at, p["end"])
+        if p["speed_position"] is not None:
+            gauge("loglake_speed_position_offset", "The next offset the speed layer reads.").add_metric(
+                at, p["speed_position"])
+            gauge("loglake_speed_lag_records", "Offsets in the log the speed layer has not read.").add_metric(
+                at, p["speed_lag"])
+        if p["lag_seconds"] is not None:
+            gauge("loglake_speed_lag_seconds", "Age of the oldest record the speed layer has not read (0: caught "
+                  "up).").add_metric(at, p["lag_seconds"])
+        if p["watermark"] is not None:
+            gauge("loglake_batch_watermark_offset", "The offset below which the batch layer is published.").add_metric(
+                at, p["watermark"])
+        gauge("loglake_batch_lag_records", "Offsets in the log above the batch watermark.").add_metric(
+            at, p["batch_lag"])
+        if p["retention_seconds"] is not None:
+            gauge("loglake_retention_remaining_seconds", "Seconds until retention may delete the oldest offset a "
+                  "layer has not processed (negative: overdue).").add_metric(at, p["retention_seconds"])
+    lost: dict[int, int] = {}
+    for r in d["lost"]:
+        lost[r["partition"]] = lost.get(r["partition"], 0) + r["end"] - r["start"]
+    lost_family = CounterMetricFamily("loglake_lost_offsets", "Offsets recorded as lost (loglake accept-loss).",
+                                      labels=["dataset", "partition"])
+    for p in d["partitions"]:
+        lost_family.add_metric([name, str(p["partition"])], lost.get(p["partition"], 0))
+
+    t = d["totals"]
+    records = CounterMetricFamily("loglake_records", "Valid records a layer wrote.", labels=["dataset", "layer"])
+    quarantined = CounterMetricFamily("loglake_quarantined_records", "Records a layer quarantined, by reason.",
+                                      labels=["dataset", "layer", "reason"])
+    for layer in series.LAYERS:
+        records.add_metric([name, layer], t["records"][layer])
+        for reason, n in sorted(t["quarantined"][layer].items()):
+            quarantined.add_metric([name, layer, reason], n)
+    micro = _histogram("loglake_micro_batch_duration_seconds", "How long the speed layer's micro-batches took.",
+                       ["dataset"])
+    _add_histogram(micro, [name], t["micro_batch_seconds"])
+    fresh = _histogram("loglake_serving_freshness_seconds", "The serving view's staleness at each sample: the age "
+                       "of the oldest record it does not hold yet.", ["dataset"])
+    _add_histogram(fresh, [name], t["freshness_seconds"])
+    jobs = _histogram("loglake_job_duration_seconds", "How long the dataset's Spark jobs took.", ["dataset", "kind"])
+    runs = CounterMetricFamily("loglake_job_runs", "Spark jobs run.", labels=["dataset", "kind"])
+    failures = CounterMetricFamily("loglake_job_failures", "Spark jobs that failed.", labels=["dataset", "kind"])
+    phases = GaugeMetricFamily("loglake_job_phase_seconds", "The last run's seconds per phase.",
+                               labels=["dataset", "kind", "phase"])
+    for job, j in sorted(t["jobs"].items()):
+        _add_histogram(jobs, [name, job], j["seconds"])
+        runs.add_metric([name, job], j["runs"])
+        failures.add_metric([name, job], j["failed"])
+        for phase, secs in sorted(((t["last_job"].get(job) or {}).get("phases") or {}).items()):
+            phases.add_metric([name, job, phase], secs)
+    others: list[Metric] = [lost_family, records, quarantined, micro, fresh, jobs, runs, failures, phases]
+
+    one = ("dataset",)
+    if t["last_publish"] is not None:
+        gauge("loglake_batch_last_publish_timestamp_seconds", "When a batch run last published.", one).add_metric(
+            [name], t["last_publish"])
+    q, a = d["quality"], d["audit"]
+    if q is not None:
+        gauge("loglake_quality_passed", "1 when the last quality gate passed (no failed expectation).",
+              one).add_metric([name], 0.0 if q["failed"] else 1.0)
+        gauge("loglake_quality_timestamp_seconds", "When the last quality gate ran.", one).add_metric(
+            [name], _epoch(q["validated_at"]))
+    if a is not None:
+        gauge("loglake_audit_passed", "1 when the last audit found every offset exactly once.", one).add_metric(
+            [name], 1.0 if a["ok"] else 0.0)
+        gauge("loglake_audit_timestamp_seconds", "When the last audit ran.", one).add_metric(
+            [name], _epoch(a["audited_at"]))
+        for what in ("missing", "duplicated", "unexpected"):
+            gauge(f"loglake_audit_{what}_offsets", f"Offsets the last audit found {what}.", one).add_metric(
+                [name], a[what])
+    holder = d["writer"]
+    gauge("loglake_writer_lease_held", "1 while a batch-side job holds the dataset's writer lease.", one).add_metric(
+        [name], 0.0 if holder is None else 1.0)
+    if holder is not None:
+        gauge("loglake_writer_lease_holder", "The holder of the writer lease (value 1).",
+              ("dataset", "kind", "run_id", "host")).add_metric(
+            [name, str(holder.get("job", "")), str(holder.get("run_id", "")), str(holder.get("host", ""))], 1.0)
+    for tbl in d["tables"]:
+        if tbl["version"] is not None:
+            gauge("loglake_table_version", "The Delta table's latest version.", ("dataset", "layer")).add_metric(
+                [name, tbl["layer"]], tbl["version"])
+    return [*g.values(), *others]
+
+
+def threshold_families(config: Config) -> list[Metric]:
+    a = config.profile.metrics.alerts
+    f = GaugeMetricFamily("loglake_alert_threshold", "The alerting rules' thresholds (metrics.alerts in the "
+                          "profile): the rules in docker/prometheus/ compare against these.", labels=["alert"])
+    for alert, value in (("speed_lag_seconds", a.speed_lag_seconds),
+                         ("watermark_stale_seconds", a.watermark_stale_minutes * 60),
+                         ("quarantine_ratio", a.quarantine_ratio)):
+        f.add_metric([alert], value)
+    return [f]
+
+
+def process_families(rows) -> list[Metric]:
+    f = GaugeMetricFamily("loglake_process_up", "1 while the platform's process runs (loglake status).",
+                          labels=["process"])
+    for r in rows:
+        f.add_metric([r.name], 1.0 if r.running else 0.0)
+    return [f]
+
+
+# --- targets: where Prometheus finds each process ---------------------------------------
+
+
+def targets_dir(config: Config) -> Path:
+    return config.home / "metrics" / "targets"
+
+
+def register(config: Config, name: str, host: str, port: int) -> None:
+    """List ``name`` at ``host:port`` in ``targets.json`` (Prometheus's ``file_sd_configs``)."""
+    d = targets_dir(config)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.json").write_text(json.dumps({"targets": [f"{host}:{port}"],
+                                                "labels": {"loglake_process": name}, "pid": os.getpid()}))
+    _write_targets(config)
+
+
+def registered(config: Config) -> dict[str, str]:
+    """Each listed process's ``host:port`` whose process still runs."""
+    out = {}
+    for f in sorted(targets_dir(config).glob("*.json")) if targets_dir(config).is_dir() else []:
+        try:
+            entry = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(entry.get("pid")):
+            out[f.stem] = entry["targets"][0]
+    return out
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def unregister(config: Config, name: str) -> None:
+    (targets_dir(config) / f"{name}.json").unlink(missing_ok=True)
+    _write_targets(config)
+
+
+def _write_targets(config: Config) -> None:
+    groups = []
+    for f in sorted(targets_dir(config).glob("*.json")):
+        try:
+            entry = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(entry.get("pid")):
+            groups.append({"targets": entry["targets"], "labels": entry["labels"]})
+    out = config.home / "metrics" / "targets.json"
+    tmp = out.with_name(f"targets.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(groups, indent=1))
+    tmp.replace(out)
+
+
+def serve(config: Config, name: str, registry: CollectorRegistry, host: str, port: int) -> int:
+    """Serve ``registry`` on ``host:port`` (0: a free port) from a thread of this process; the
+    port, listed as ``name`` in ``targets.json``."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    bound = server.server_address[1]
+    register(config, name, host, bound)
+    return bound

@@ -1,0 +1,207 @@
+"""A small time series per dataset under ``<state>/metrics/series/<dataset>.jsonl``.
+
+Each line is one event, appended by whoever did the work: the speed stream after each
+micro-batch (``micro_batch``), a Spark job when it ends (``job``), the exporter's sampler at
+its interval (``sample``: lag and watermark lag). Counters and histograms are folded from the
+events (``totals``); events older than ``metrics.keep_hours`` are folded into the file's first
+line (``base``) by ``compact``, so a counter never goes back and the file stays small.
+
+Appends and the compaction take the file's lock (``fcntl.flock``); a line is written whole in
+one ``write`` (O_APPEND). Recording never raises: a stream or a job must not fail because its
+metrics could not be kept (the failure is said once on stderr).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from loglake.core.config import Config
+
+# Upper bounds (seconds) of the duration histograms' buckets (micro-batches, jobs, freshness).
+BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+LAYERS = ("speed", "batch")
+
+_said: set[str] = set()
+
+
+def directory(config: Config) -> Path:
+    return config.home / "metrics" / "series"
+
+
+def path(config: Config, dataset: str) -> Path:
+    return directory(config) / f"{dataset}.jsonl"
+
+
+@contextmanager
+def _locked(file: Path):
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with open(file.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def record(config: Config, dataset: str, kind: str, at: float | None = None, **fields) -> None:
+    """Append one event (``kind``, the time ``at`` or now, ``fields``) to ``dataset``'s series."""
+    line = json.dumps({"t": round(time.time() if at is None else at, 3), "kind": kind, **fields},
+                      separators=(",", ":"), default=str) + "\n"
+    file = path(config, dataset)
+    try:
+        with _locked(file):
+            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+    except OSError as e:
+        if str(file) not in _said:
+            _said.add(str(file))
+            print(f"loglake: could not keep metrics in {file}: {e}", file=sys.stderr, flush=True)
+
+
+def events(config: Config, dataset: str, since: float | None = None) -> list[dict]:
+    """The events of ``dataset``'s series, oldest first (the ``base`` line first when there is
+    one, whatever ``since``); a line cut short by a crash is skipped."""
+    out = []
+    try:
+        with open(path(config, dataset)) as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("kind") == "base" or since is None or event.get("t", 0) >= since:
+                    out.append(event)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def compact(config: Config, dataset: str, keep_seconds: float, now: float | None = None) -> int:
+    """Fold the events older than ``keep_seconds`` into the base line; returns how many were folded."""
+    file = path(config, dataset)
+    cutoff = (time.time() if now is None else now) - keep_seconds
+    with _locked(file):
+        every = events(config, dataset)
+        old = [e for e in every if e.get("kind") != "base" and e.get("t", 0) < cutoff]
+        if not old:
+            return 0
+        base = {"t": cutoff, "kind": "base", "totals": totals(e for e in every if e.get("t", 0) < cutoff
+                                                               or e.get("kind") == "base")}
+        kept = [e for e in every if e.get("kind") != "base" and e.get("t", 0) >= cutoff]
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in [base, *kept]))
+        tmp.replace(file)
+        return len(old)
+
+
+def empty_histogram() -> dict:
+    return {"buckets": [0] * len(BUCKETS), "count": 0, "sum": 0.0}
+
+
+def observe(histogram: dict, value: float) -> None:
+    """Count ``value`` in ``histogram`` (cumulative buckets are made when exported)."""
+    for i, bound in enumerate(BUCKETS):
+        if value <= bound:
+            histogram["buckets"][i] += 1
+            break
+    histogram["count"] += 1
+    histogram["sum"] = round(histogram["sum"] + value, 6)
+
+
+def empty_totals() -> dict:
+    return {
+        "records": {layer: 0 for layer in LAYERS},       # valid records each layer wrote
+        "quarantined": {layer: {} for layer in LAYERS},  # per reason code
+        "micro_batches": 0,
+        "micro_batch_seconds": empty_histogram(),
+        "freshness_seconds": empty_histogram(),          # the serving view's age at each sample
+        "jobs": {},                                      # job → {"runs", "failed", "seconds": histogram}
+        "last_job": {},                                  # job → its last event (run, seconds, phases)
+        "last_publish": None,                            # when a batch run last published (epoch s)
+    }
+
+
+def fold(t: dict, e: dict) -> None:
+    """Add event ``e`` to the totals ``t``."""
+    kind = e.get("kind")
+    if kind == "base":
+        _merge(t, e["totals"])
+    elif kind == "micro_batch":
+        t["records"]["speed"] += int(e.get("records", 0))
+        _add_reasons(t["quarantined"]["speed"], e.get("quarantined") or {})
+        t["micro_batches"] += 1
+        observe(t["micro_batch_seconds"], float(e.get("seconds", 0.0)))
+    elif kind == "sample":
+        if e.get("speed_lag_seconds") is not None:
+            observe(t["freshness_seconds"], float(e["speed_lag_seconds"]))
+    elif kind == "job":
+        job = e["job"]
+        j = t["jobs"].setdefault(job, {"runs": 0, "failed": 0, "seconds": empty_histogram()})
+        j["runs"] += 1
+        j["failed"] += 0 if e.get("ok", True) else 1
+        observe(j["seconds"], float(e.get("seconds", 0.0)))
+        t["last_job"][job] = {k: e.get(k) for k in ("t", "run_id", "ok", "seconds", "phases")}
+        if e.get("ok", True) and job == "batch":
+            t["records"]["batch"] += int(e.get("records", 0))
+            _add_reasons(t["quarantined"]["batch"], e.get("quarantined") or {})
+        if e.get("published"):
+            t["last_publish"] = max(t["last_publish"] or 0, e["t"])
+
+
+def totals(evts) -> dict:
+    t = empty_totals()
+    for e in evts:
+        fold(t, e)
+    return t
+
+
+def _add_reasons(into: dict, reasons: dict) -> None:
+    for reason, n in reasons.items():
+        into[reason] = into.get(reason, 0) + int(n)
+
+
+def _merge(t: dict, base: dict) -> None:
+    """Add the folded totals ``base`` to ``t``."""
+    for layer in LAYERS:
+        t["records"][layer] += base["records"].get(layer, 0)
+        _add_reasons(t["quarantined"][layer], base["quarantined"].get(layer, {}))
+    t["micro_batches"] += base["micro_batches"]
+    for name in ("micro_batch_seconds", "freshness_seconds"):
+        _merge_histogram(t[name], base[name])
+    for job, j in base["jobs"].items():
+        mine = t["jobs"].setdefault(job, {"runs": 0, "failed": 0, "seconds": empty_histogram()})
+        mine["runs"] += j["runs"]
+        mine["failed"] += j["failed"]
+        _merge_histogram(mine["seconds"], j["seconds"])
+    for job, last in base["last_job"].items():
+        if job not in t["last_job"] or (t["last_job"][job].get("t") or 0) < (last.get("t") or 0):
+            t["last_job"][job] = last
+    if base.get("last_publish"):
+        t["last_publish"] = max(t["last_publish"] or 0, base["last_publish"])
+
+
+def _merge_histogram(into: dict, other: dict) -> None:
+    into["buckets"] = [a + b for a, b in zip(into["buckets"], other["buckets"])]
+    into["count"] += other["count"]
+    into["sum"] = round(into["sum"] + other["sum"], 6)
+
+
+def rate_per_minute(evts: list[dict], kind: str, value, since: float, now: float) -> list[tuple[float, float]]:
+    """``value(event)`` summed per minute over [since, now): (minute start, sum) for the charts."""
+    start = math.floor(since / 60) * 60
+    sums: dict[float, float] = {}
+    for e in evts:
+        if e.get("kind") == kind and since <= e.get("t", 0) < now:
+            minute = math.floor(e["t"] / 60) * 60
+            sums[minute] = sums.get(minute, 0.0) + value(e)
+    return [(m, sums.get(m, 0.0)) for m in range(int(start), int(now), 60)]

@@ -1,0 +1,60 @@
+"""``loglake status --json`` and what the exporter's metrics are made of: one function each.
+
+``dataset(config, ds)`` is a dataset's state (``loglake.ops.status.dataset_status``, the
+same object ``loglake status`` prints) with the totals of its time series
+(``loglake.observe.series``); ``platform`` adds every process. The exporter turns exactly
+these dictionaries into metrics (``loglake.observe.exporter``, from its last sample), so a
+scrape and ``status --json`` of the same state say the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+from confluent_kafka import KafkaException
+
+from loglake.core.config import Config, Dataset
+from loglake.core.errors import LoglakeError
+from loglake.core.retrying import retry_transient
+from loglake.kafka.admin import list_topics
+from loglake.observe import series
+from loglake.ops.status import dataset_status
+
+
+def dataset(config: Config, ds: Dataset, now: float | None = None, timeout: float = 15.0) -> dict:
+    """``ds``'s status (``DatasetStatus.to_dict``) and its series' ``totals``; Kafka's "not yet"
+    answers right after a broker start are retried for ``timeout`` seconds."""
+    st = retry_transient(lambda: dataset_status(config, ds, now), what=f"status of {ds.name}", seconds=timeout)
+    return {**st.to_dict(), "totals": series.totals(series.events(config, ds.name))}
+
+
+def datasets(config: Config, kafka_up: bool = True) -> tuple[dict[str, dict], dict[str, str]]:
+    """Every dataset's ``dataset``, and why each of the others could not be read (its topic
+    does not exist yet: said at once, not retried)."""
+    out, errors = {}, {}
+    try:
+        topics = list_topics(config) if kafka_up else {}
+    except (LoglakeError, KafkaException) as e:
+        return {}, {ds.name: str(e) for ds in config.datasets.values()}
+    for ds in config.datasets.values():
+        if not kafka_up:
+            errors[ds.name] = "kafka is not running"
+        elif ds.topic not in topics:
+            errors[ds.name] = f"topic {ds.topic} does not exist yet"
+        else:
+            try:
+                out[ds.name] = dataset(config, ds)
+            except (LoglakeError, KafkaException) as e:
+                errors[ds.name] = str(e)
+    return out, errors
+
+
+def platform(config: Config, processes, kafka_up: bool) -> dict:
+    """The whole of ``loglake status --json``: the time, the metrics URL, every process
+    (``loglake.local.stack.processes``), every dataset, and the datasets that could not be read."""
+    from loglake.observe import exporter
+
+    found, errors = datasets(config, kafka_up)
+    return {"at": datetime.now(timezone.utc).isoformat(), "metrics": exporter.url(config) if exporter.serves(config)
+            else None, "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}

@@ -1,0 +1,129 @@
+"""The metrics' time series (loglake.observe.series): appends from many processes at once,
+the fold of old events into the counters, and the exposition the exporter makes of it."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from loglake.core.config import load_config
+from loglake.observe import exporter, series
+from loglake.testing import write_conf
+
+
+def _config(tmp_path):
+    return load_config(write_conf(tmp_path, "localhost:9"), home=tmp_path / "state")
+
+
+def _append(root: str, n: int, worker: int) -> None:
+    from pathlib import Path
+    config = load_config(Path(root) / "conf", home=Path(root) / "state")
+    for i in range(n):
+        series.record(config, "job_views", "micro_batch", batch=worker * 10_000 + i, records=3,
+                      quarantined={"bad_json": 1}, seconds=0.7, pad="x" * 300)
+
+
+def test_appends_from_many_processes_are_each_kept_whole(tmp_path):
+    config = _config(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append, args=(str(tmp_path), 200, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    evts = series.events(config, "job_views")
+    assert len(evts) == 800 and len({e["batch"] for e in evts}) == 800
+    t = series.totals(evts)
+    assert t["records"]["speed"] == 2400 and t["quarantined"]["speed"] == {"bad_json": 800}
+    assert t["micro_batches"] == 800 and t["micro_batch_seconds"]["buckets"][1] == 800  # 0.7 s: le 1.0
+
+
+def test_compaction_folds_old_events_and_no_counter_goes_back(tmp_path):
+    config = _config(tmp_path)
+    for i, t in enumerate((1000.0, 2000.0, 3000.0, 4000.0)):
+        series.record(config, "job_views", "micro_batch", at=t, records=10 + i, quarantined={"null_key": i},
+                      seconds=float(i))
+    series.record(config, "job_views", "job", at=1500.0, job="batch", run_id="r1", ok=True, seconds=40.0,
+                  phases={"prepare": 2.0}, records=7, quarantined={"bad_json": 2}, published=True)
+    series.record(config, "job_views", "sample", at=3500.0, speed_lag_seconds=12.5, speed_lag_records=4,
+                  batch_lag_records=9)
+    before = series.totals(series.events(config, "job_views"))
+    assert series.compact(config, "job_views", keep_seconds=1000.0, now=4100.0) == 4  # t < 3100
+    lines = series.path(config, "job_views").read_text().splitlines()
+    assert len(lines) == 3  # the base, the 4000 micro-batch, the 3500 sample
+    after = series.totals(series.events(config, "job_views"))
+    assert after == before
+    assert after["last_publish"] == 1500.0 and after["last_job"]["batch"]["run_id"] == "r1"
+    # A second compaction folds the base again with the next events: still the same totals.
+    series.record(config, "job_views", "micro_batch", at=5000.0, records=1, quarantined={}, seconds=0.1)
+    series.compact(config, "job_views", keep_seconds=10.0, now=6000.0)
+    again = series.totals(series.events(config, "job_views"))
+    assert again["records"]["speed"] == before["records"]["speed"] + 1
+    assert again["quarantined"] == before["quarantined"] and again["micro_batches"] == 5
+    # Since a time: the base line always comes first (the counters), then the events since.
+    assert [e["kind"] for e in series.events(config, "job_views", since=5500.0)] == ["base"]
+
+
+class _Fixed(Collector):
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        yield from self.families
+
+
+def test_a_snapshot_becomes_the_metrics_with_its_values():
+    totals = series.empty_totals()
+    series.fold(totals, {"t": 10.0, "kind": "micro_batch", "records": 90, "quarantined": {"bad_json": 7, "null_key": 3},
+                         "seconds": 1.5})
+    series.fold(totals, {"t": 20.0, "kind": "job", "job": "batch", "ok": True, "seconds": 33.0, "records": 95,
+                         "quarantined": {"bad_json": 5}, "phases": {"prepare": 3.0, "ledger": 1.0}, "published": True})
+    snap = {"partitions": [
+        {"partition": 0, "earliest": 0, "end": 60, "speed_position": 50, "watermark": 40, "lag_seconds": 7.5,
+         "oldest_unprocessed": 40, "retention_seconds": 3600.0, "speed_lag": 10, "batch_lag": 20},
+        {"partition": 1, "earliest": 5, "end": 45, "speed_position": None, "watermark": None, "lag_seconds": None,
+         "oldest_unprocessed": 5, "retention_seconds": None, "speed_lag": None, "batch_lag": 40}],
+        "lost": [{"partition": 1, "start": 0, "end": 5}],
+        "quality": {"validated_at": "2026-11-28T10:00:00+00:00", "failed": []},
+        "audit": {"audited_at": "2026-11-28T10:01:00+00:00", "ok": False, "missing": 2, "duplicated": 0,
+                  "unexpected": 0},
+        "writer": {"job": "batch", "run_id": "r9", "host": "h"},
+        "tables": [{"layer": "speed", "version": 4}, {"layer": "batch", "version": None}],
+        "totals": totals}
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(exporter.dataset_families("job_views", snap)))
+    text = generate_latest(registry).decode()
+    got = {}
+    for fam in text_string_to_metric_families(text):
+        assert fam.name.startswith("loglake_"), fam.name
+        for s in fam.samples:
+            got[(s.name, tuple(sorted(s.labels.items())))] = s.value
+
+    def value(name, **labels):
+        return got[(name, tuple(sorted({"dataset": "job_views", **labels}.items())))]
+
+    assert value("loglake_log_end_offset", partition="0") == 60 and value("loglake_log_start_offset", partition="1") == 5
+    assert value("loglake_speed_lag_records", partition="0") == 10 and value("loglake_speed_lag_seconds", partition="0") == 7.5
+    assert ("loglake_speed_lag_records", (("dataset", "job_views"), ("partition", "1"))) not in got  # no position
+    assert value("loglake_batch_watermark_offset", partition="0") == 40
+    assert value("loglake_batch_lag_records", partition="1") == 40
+    assert value("loglake_retention_remaining_seconds", partition="0") == 3600
+    assert value("loglake_lost_offsets_total", partition="1") == 5 and value("loglake_lost_offsets_total", partition="0") == 0
+    assert value("loglake_records_total", layer="speed") == 90 and value("loglake_records_total", layer="batch") == 95
+    assert value("loglake_quarantined_records_total", layer="speed", reason="bad_json") == 7
+    assert value("loglake_quarantined_records_total", layer="batch", reason="bad_json") == 5
+    assert value("loglake_micro_batch_duration_seconds_bucket", le="1.0") == 0
+    assert value("loglake_micro_batch_duration_seconds_bucket", le="2.0") == 1
+    assert value("loglake_micro_batch_duration_seconds_count") == 1 and value("loglake_micro_batch_duration_seconds_sum") == 1.5
+    assert value("loglake_job_duration_seconds_bucket", kind="batch", le="+Inf") == 1
+    assert value("loglake_job_phase_seconds", kind="batch", phase="prepare") == 3.0
+    assert value("loglake_batch_last_publish_timestamp_seconds") == 20.0
+    assert value("loglake_quality_passed") == 1 and value("loglake_audit_passed") == 0
+    assert value("loglake_audit_missing_offsets") == 2
+    assert value("loglake_writer_lease_held") == 1
+    assert value("loglake_writer_lease_holder", kind="batch", run_id="r9", host="h") == 1
+    assert value("loglake_table_version", layer="speed") == 4
