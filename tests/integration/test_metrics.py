@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from loglake.core import paths
 from loglake.core.processes import wait_for
 from loglake.jobs.protocol import JobRequest
 from loglake.ledger.planning import plan_batch
@@ -28,8 +29,12 @@ def _by_labels(result, *keys):
     return {tuple(labels.get(k) for k in keys): value for labels, value in result}
 
 
-def test_a_prometheus_scrape_says_what_loglake_status_json_says(spark, make_config, tmp_path):
-    config = make_config(metrics={"sample_interval": 1})
+ALERTS = paths.REPO_ROOT / "docker" / "prometheus" / "loglake-alerts.yml"
+
+
+def test_a_prometheus_scrape_says_what_loglake_status_json_says_and_an_alert_fires_when_the_stream_stops(
+        spark, make_config, tmp_path):
+    config = make_config(metrics={"sample_interval": 1, "alerts": {"speed_lag_seconds": 4}})
     ds = config.dataset("job_views")
     produced = produce(config, ds, 400, bad_fraction=0.1, seed=271)
     run_speed(spark, config, ds, available_now=True)
@@ -51,7 +56,7 @@ def test_a_prometheus_scrape_says_what_loglake_status_json_says(spark, make_conf
     pid, _new = start_exporter(config)
     prom = None
     try:
-        prom = start_prometheus(tmp_path, config.home / "metrics" / "targets.json")
+        prom = start_prometheus(tmp_path, config.home / "metrics" / "targets.json", [ALERTS])
         wait_for(lambda: any(t["health"] == "up" for t in prom.targets()), 60, "Prometheus to scrape the exporter",
                  log=exporter_process(config))
         # Nothing moves now: wait for a scrape after the exporter's first sample, then compare.
@@ -104,7 +109,25 @@ def test_a_prometheus_scrape_says_what_loglake_status_json_says(spark, make_conf
         assert versions == {(tb["layer"],): tb["version"] for tb in d["tables"] if tb["version"] is not None}
         up = _by_labels(prom.query("loglake_process_up"), "process")
         assert up == {(p["name"],): float(p["running"]) for p in status["processes"]}
-        assert prom.query('loglake_alert_threshold{alert="speed_lag_seconds"}')[0][1] == 600.0
+        assert prom.query('loglake_alert_threshold{alert="speed_lag_seconds"}')[0][1] == 4.0
+
+        # The shipped rules, as shipped: caught up, the speed layer is not behind. Then records
+        # come while no stream runs (it stopped): its lag grows past the threshold and the alert fires.
+        assert {r["name"] for r in prom.rules()} >= {"LoglakeSpeedLayerBehind", "LoglakeWatermarkStale",
+                                                     "LoglakeQuarantineRateHigh", "LoglakeDataLossRecorded",
+                                                     "LoglakeAuditFailed"}
+
+        def behind():
+            return [a for a in prom.alerts() if a["labels"]["alertname"] == "LoglakeSpeedLayerBehind"]
+
+        assert behind() == []
+        produce(config, ds, 50, seed=272)
+        stopped = time.monotonic()
+        firing = wait_for(lambda: [a for a in behind() if a["state"] == "firing"], 90,
+                          "LoglakeSpeedLayerBehind to fire")
+        print(f"LoglakeSpeedLayerBehind firing {time.monotonic() - stopped:.1f}s after the records came")
+        assert [a["labels"]["dataset"] for a in firing] == ["job_views"]
+        assert float(firing[0]["value"]) > 4
     finally:
         if prom is not None:
             prom.stop()
