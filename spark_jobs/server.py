@@ -41,12 +41,16 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import replace
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
 from loglake.core.config import Config, load_config
 from loglake.core.errors import JobFailure, LoglakeError, ParamError
 from loglake.jobs import registry
 from loglake.jobs.launch import spark_conf
 from loglake.jobs.session import get_spark
 from loglake.jobs.shared_app import address_file, identity
+from loglake.observe import exporter
 from spark_jobs import entry
 
 SERVED = {name: registry.JOBS[name].module for name in registry.served()}
@@ -79,6 +83,7 @@ class Server:
         self.config, self.spark, self.identity, self.identity_conf = config, spark, identity, identity_conf
         self.token = secrets.token_hex(16)
         self.slots = threading.BoundedSemaphore(concurrency)
+        self.concurrency = concurrency
         self.quality_gate = threading.Lock()
         self.sinks = threading.local()
         self.running: dict[str, str] = {}  # job group → job description
@@ -226,6 +231,28 @@ def _closed(conn: socket.socket) -> bool:
         return True
 
 
+class JobsCollector(Collector):
+    """The shared application's jobs as it runs them (served on ``metrics.jobs_port``)."""
+
+    def __init__(self, server: Server):
+        self.server = server
+
+    def collect(self):
+        running = GaugeMetricFamily("loglake_shared_jobs_running", "Jobs the shared Spark application runs now, "
+                                    "by kind.", labels=["kind"])
+        kinds: dict[str, int] = {}
+        for description in list(self.server.running.values()):
+            kind = description.split(" ", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        for kind in sorted(set(SERVED) | set(kinds)):
+            running.add_metric([kind], kinds.get(kind, 0))
+        yield running
+        yield CounterMetricFamily("loglake_shared_jobs_served", "Jobs the shared Spark application ran to their "
+                                  "end.", value=self.server.served)
+        yield GaugeMetricFamily("loglake_shared_jobs_concurrency", "Jobs it runs at a time at most.",
+                                value=self.server.concurrency)
+
+
 def serve(argv: list[str] | None = None) -> int:
     config = load_config()
     concurrency = int(os.environ.get("LOGLAKE_SPARK_JOBS_CONCURRENCY", "2"))
@@ -261,6 +288,7 @@ def serve(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    exporter.serve_process(config, "spark-jobs", config.profile.metrics.jobs_port, JobsCollector(server))
     server._log(f"ready at 127.0.0.1:{tcp.server_address[1]} (pid {os.getpid()}, code {server.identity['code']}, "
                 f"{concurrency} job(s) at a time)")
     try:
@@ -272,6 +300,7 @@ def serve(argv: list[str] | None = None) -> int:
                 target.unlink()
         except (OSError, ValueError):
             pass
+        exporter.unregister(config, "spark-jobs")
         server.cancel_all("the shared application is stopping")
         tcp.server_close()
         spark.stop()

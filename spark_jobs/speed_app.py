@@ -22,6 +22,7 @@ application's pid. SIGTERM stops every query, then the session.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -30,12 +31,15 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from pyspark.sql import SparkSession
 
 from loglake.core.config import load_config
 from loglake.jobs.protocol import JobRequest, read_failure, report
 from loglake.jobs.session import get_spark
 from loglake.jobs.supervisor import Backoff
+from loglake.observe import exporter
 from loglake.speed.streams import stream_files, wanted_datasets
 from spark_jobs import entry, speed
 
@@ -51,6 +55,7 @@ class Served:
         self.files = stream_files(home, name)
         self.stopping = threading.Event()
         self.session: SparkSession | None = None
+        self.starts = 0
         self.thread = threading.Thread(target=self._serve, name=f"loglake-speed-{name}", daemon=True)
 
     def start(self) -> None:
@@ -81,6 +86,7 @@ class Served:
         try:
             while not self.stopping.is_set():
                 backoff.run_started()
+                self.starts += 1
                 try:
                     report(entry.execute("speed", request, self._run_job, self._own_session), str(files.summary))
                     return
@@ -103,15 +109,46 @@ class Served:
             files.serving.unlink(missing_ok=True)
 
 
-def serve(spark: SparkSession, home: Path) -> int:
+class StreamsCollector(Collector):
+    """The application's streams as they run (served on ``metrics.speed_port``): each one's
+    query, last micro-batch and restarts."""
+
+    def __init__(self, running: dict[str, "Served"]):
+        self.running = running
+
+    def collect(self):
+        active = GaugeMetricFamily("loglake_stream_active", "1 while the dataset's query runs in the speed "
+                                   "application.", labels=["dataset"])
+        batch = GaugeMetricFamily("loglake_stream_batch_id", "The id of the query's last micro-batch.",
+                                  labels=["dataset"])
+        rate = GaugeMetricFamily("loglake_stream_input_records_per_second", "Records per second the last "
+                                 "micro-batch took in (Spark's progress).", labels=["dataset"])
+        starts = CounterMetricFamily("loglake_stream_starts", "Times the dataset's query was started in this "
+                                     "application (restarts after a transient failure included).", labels=["dataset"])
+        for name, served in sorted(dict(self.running).items()):
+            session = served.session
+            queries = list(session.streams.active) if session is not None else []
+            active.add_metric([name], 1.0 if queries else 0.0)
+            starts.add_metric([name], served.starts)
+            last = queries[0].lastProgress if queries else None
+            progress = json.loads(last.json) if hasattr(last, "json") else last
+            if progress:
+                batch.add_metric([name], progress.get("batchId", 0))
+                rate.add_metric([name], progress.get("inputRowsPerSecond") or 0.0)
+        yield from (active, batch, rate, starts)
+
+
+def serve(spark: SparkSession, home: Path, config=None) -> int:
     """Keep the running streams those ``wanted_datasets`` names, until SIGTERM or until nothing
-    is wanted and nothing runs."""
+    is wanted and nothing runs; ``config``: serve their metrics (``metrics.speed_port``)."""
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopping.set())
     for stale in (home / "run").glob("speed-*.serving"):  # a killed application's
         stale.unlink(missing_ok=True)
     running: dict[str, Served] = {}
+    if config is not None:
+        exporter.serve_process(config, "speed", config.profile.metrics.speed_port, StreamsCollector(running))
     while not stopping.is_set():
         # Under the list's lock: `SpeedStream.stop` then either sees a dataset's query marked
         # serving (and waits for it to end) or this reads the list without it.
@@ -141,8 +178,9 @@ def main() -> int:
     config = load_config()
     spark = get_spark(config, "loglake-speed")
     try:
-        return serve(spark, config.home)
+        return serve(spark, config.home, config)
     finally:
+        exporter.unregister(config, "speed")
         spark.stop()
 
 

@@ -247,3 +247,24 @@ def serve(config: Config, name: str, registry: CollectorRegistry, host: str, por
     bound = server.server_address[1]
     register(config, name, host, bound)
     return bound
+
+
+def serve_process(config: Config, name: str, port: int | None, collector) -> int | None:
+    """Serve ``collector``'s metrics and this process's own (CPU, memory, open files) as
+    ``name`` on ``port`` (0: a free one; None: not at all); the port bound, or None. Never
+    raises: the process's work goes on without metrics (said on stderr)."""
+    if port is None:
+        return None
+    from prometheus_client import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    registry.register(collector)
+    try:
+        return serve(config, name, registry, config.profile.metrics.host, port)
+    except OSError as e:
+        import sys
+
+        print(f"loglake: {name}: metrics not served on {config.profile.metrics.host}:{port}: {e}", file=sys.stderr,
+              flush=True)
+        return None

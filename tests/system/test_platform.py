@@ -32,6 +32,7 @@ from loglake.core.processes import Managed, wait_for
 from loglake.local.produce import produce
 
 from loglake.testing import write_conf
+from loglake.testing.prometheus import start_prometheus
 from loglake.testing.checks import spark_drivers
 from tests.integration.test_cli import noise
 
@@ -42,7 +43,8 @@ pytestmark = pytest.mark.system
 def platform_config(tmp_path):
     # With a schema registry of its own, as the local profile has: up starts it too.
     conf = write_conf(tmp_path, f"localhost:{free_port()}",
-                      registry={"url": f"http://localhost:{free_port()}/apis/ccompat/v7", "embedded": True})
+                      registry={"url": f"http://localhost:{free_port()}/apis/ccompat/v7", "embedded": True},
+                      metrics={"sample_interval": 2})
     data = yaml.safe_load((conf / "loglake.yaml").read_text())
     data["profiles"]["test"]["kafka"]["embedded"] = True  # up starts its own broker
     (conf / "loglake.yaml").write_text(yaml.safe_dump(data))
@@ -59,14 +61,14 @@ def platform_config(tmp_path):
     platform(env, "down")  # whatever the test left running
 
 
-def platform(env: dict, action: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def platform(env: dict, action: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``loglake up|status|down``, the command an operator types."""
-    return subprocess.run([sys.executable, "-m", "loglake.cli", action], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "loglake.cli", action, *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def all_processes(config) -> dict[int, int]:
-    names = ["kafka", "registry", "spark-jobs", "speed"] + [f"airflow-{c}" for c in COMPONENTS]
+    names = ["kafka", "registry", "spark-jobs", "speed", "metrics"] + [f"airflow-{c}" for c in COMPONENTS]
     tree: dict[int, int] = {}
     for name in names:
         pid = Managed(config.home, name).pid()
@@ -83,7 +85,7 @@ def rest(af: EmbeddedAirflow, path: str, token: str, body: dict | None = None) -
         return json.loads(r.read())
 
 
-def test_up_status_batch_run_down(platform_config):
+def test_up_status_batch_run_down(platform_config, tmp_path):
     config, env = platform_config
     t0 = time.monotonic()
     up = platform(env, "up")
@@ -140,6 +142,8 @@ def test_up_status_batch_run_down(platform_config):
             assert value["shared_application"] is True and value["start_seconds"] == 0, value
     assert shared_app.ping(config)["served"] >= 2
 
+    scraped(config, env, tmp_path, ends)
+
     tree = all_processes(config)
     t2 = time.monotonic()
     down = platform(env, "down")
@@ -155,3 +159,48 @@ def test_up_status_batch_run_down(platform_config):
     # The commands printed loglake's own words; the processes' output went to their logs.
     for out in (up, status, down, after):
         assert not noise(out.stdout + out.stderr), out.stdout + out.stderr
+
+
+def scraped(config, env: dict, tmp_path, ends: dict[int, int]) -> None:
+    """A monitoring system's view of the running platform (issue 27): a real Prometheus reads
+    the targets file ``up`` keeps and scrapes the platform's exporter, the speed application and
+    the shared Spark application; what it gets is what ``loglake status --json`` says."""
+    status = platform(env, "status")
+    url = next(line.split(" ", 1)[1] for line in status.stdout.splitlines() if line.startswith("metrics: "))
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), status.stdout
+    prom = start_prometheus(tmp_path, config.home / "metrics" / "targets.json")
+    try:
+        def up() -> set[str]:
+            return {t["labels"]["loglake_process"] for t in prom.targets() if t["health"] == "up"}
+
+        wait_for(lambda: up() >= {"metrics", "speed", "spark-jobs"}, 120, "Prometheus to scrape the three targets")
+        assert [t["scrapeUrl"] for t in prom.targets() if t["labels"]["loglake_process"] == "metrics"] == [url]
+        # The exporter serves its last sample: one read after the batch run, then compared.
+        since = time.time()
+        wait_for(lambda: [v for _l, v in prom.query("loglake_sample_timestamp_seconds") if v > since], 60,
+                 "a sample after the batch run")
+        r = platform(env, "status", "--json")
+        assert r.returncode == 0 and r.stderr == "", r.stdout[-2000:] + r.stderr
+        js = json.loads(r.stdout)
+        assert js["metrics"] == url
+        processes = {labels["process"]: v for labels, v in prom.query("loglake_process_up")}
+        assert processes == {p["name"]: float(p["running"]) for p in js["processes"]}
+        assert all(processes.values()), processes
+        d = js["datasets"]["job_views"]
+        for metric, key in (("loglake_log_end_offset", "end"), ("loglake_batch_watermark_offset", "watermark"),
+                            ("loglake_speed_position_offset", "speed_position")):
+            got = {int(labels["partition"]): v for labels, v in prom.query(f'{metric}{{dataset="job_views"}}')}
+            assert got == {p["partition"]: p[key] for p in d["partitions"] if p[key] is not None}, metric
+        assert {p["partition"]: p["watermark"] for p in d["partitions"] if p["end"]} == {
+            p: e for p, e in ends.items() if e}
+        records = {labels["layer"]: v for labels, v in prom.query('loglake_records_total{dataset="job_views"}')}
+        assert records == d["totals"]["records"] and records["batch"] == 270
+        runs = {labels["kind"]: v for labels, v in prom.query('loglake_job_runs_total{dataset="job_views"}')}
+        assert runs == {k: j["runs"] for k, j in d["totals"]["jobs"].items()} and runs["batch"] >= 1
+        # The speed application's and the shared application's own metrics, as they run.
+        assert {labels["dataset"]: v for labels, v in prom.query("loglake_stream_active")} == {
+            "job_views": 1.0, "company_ceos": 1.0}
+        assert prom.query("loglake_shared_jobs_served_total")[0][1] >= 2
+        assert prom.query('process_resident_memory_bytes{loglake_process="speed"}')[0][1] > 0
+    finally:
+        prom.stop()
