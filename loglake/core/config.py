@@ -682,7 +682,8 @@ class MetricsSettings(_Strict):
     speed application's and the shared Spark application's own. Each: a port, 0 for a free one
     at each start, or null for none. Every process that serves lists its address in
     ``<state>/metrics/targets.json``, for Prometheus's ``file_sd_configs``. ``statsd_port``:
-    where the platform's exporter takes Airflow's StatsD metrics (null: Airflow's metrics off).
+    where the platform's exporter takes Airflow's StatsD metrics and serves them beside
+    loglake's (0: a free port; null: Airflow's metrics off).
     ``sample_interval``: seconds between the exporter's samples of every dataset's lag (the
     loglake page's charts); ``keep_hours``: how long the samples and events are kept apart (older
     ones are folded into the counters)."""
@@ -691,7 +692,7 @@ class MetricsSettings(_Strict):
     port: int | None = Field(default=9464, ge=0, le=65535)
     speed_port: int | None = Field(default=0, ge=0, le=65535)
     jobs_port: int | None = Field(default=0, ge=0, le=65535)
-    statsd_port: int | None = Field(default=None, ge=0, le=65535)
+    statsd_port: int | None = Field(default=9125, ge=0, le=65535)
     sample_interval: float = Field(default=30.0, ge=1)
     keep_hours: float = Field(default=24.0, gt=0)
     alerts: AlertSettings = Field(default_factory=AlertSettings)

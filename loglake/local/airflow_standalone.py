@@ -38,6 +38,7 @@ from loglake.core.processes import (
     Managed, alive, command_line, descendants, free_port, orphaned_sessions, port_open, terminate
 )
 from loglake.jobs.launch import job_env
+from loglake.observe.statsd import statsd_address
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -129,6 +130,12 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
         # The backfill form's dataset list (DAG files may not read conf/ when parsed).
         "LOGLAKE_DATASETS": ",".join(dataset_names(config)),
     })
+    # Airflow's own metrics, by StatsD to the platform's exporter (loglake.observe.statsd),
+    # which serves them beside loglake's.
+    statsd = statsd_address(config)
+    if statsd is not None:
+        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": statsd[0],
+                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd[1]), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"})
     return env
 
 

@@ -24,6 +24,7 @@ from loglake.core.config import Config, load_config
 from loglake.local.stack import EXPORTER, processes
 from loglake.observe import series, snapshot
 from loglake.observe.exporter import dataset_families, process_families, serve, threshold_families, unregister
+from loglake.observe.statsd import StatsdReceiver
 
 
 class Sampler(Collector):
@@ -85,6 +86,11 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if m.statsd_port is not None:  # Airflow's StatsD, served beside loglake's metrics
+        receiver = StatsdReceiver(m.host, m.statsd_port)
+        receiver.start(config)
+        registry.register(receiver)
+        print(f"loglake: taking Airflow's StatsD metrics on udp://{receiver.host}:{receiver.port}", flush=True)
     port = None
     last_compact = time.time()
     try:

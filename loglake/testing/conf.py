@@ -52,7 +52,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                   "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                            "spark.sql.adaptive.enabled": "false"}},
         "speed": {"trigger_interval": "500 milliseconds", "max_offsets_per_trigger": 100000, **(speed or {})},
-        "metrics": {"port": 0, **(metrics or {})},
+        "metrics": {"port": 0, "statsd_port": 0, **(metrics or {})},
     }
     java_options = JAVA_OPTIONS if java_options is None else java_options
     if java_options:

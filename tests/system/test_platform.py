@@ -202,5 +202,7 @@ def scraped(config, env: dict, tmp_path, ends: dict[int, int]) -> None:
             "job_views": 1.0, "company_ceos": 1.0}
         assert prom.query("loglake_shared_jobs_served_total")[0][1] >= 2
         assert prom.query('process_resident_memory_bytes{loglake_process="speed"}')[0][1] > 0
+        # Airflow's own metrics (its StatsD), served by the same exporter.
+        assert prom.query('airflow_scheduler_heartbeat_total{loglake_process="metrics"}')[0][1] > 0
     finally:
         prom.stop()
