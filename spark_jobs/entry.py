@@ -29,6 +29,7 @@ from loglake.jobs.summaries import BatchSummary, JobSummary
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
 from loglake.observe import series
+from loglake.observe.lineage import job_lineage
 from loglake.schemaregistry.resolve import resolve
 
 # The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
@@ -82,16 +83,23 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
              if job in WRITERS else nullcontext())
     t0 = time.monotonic()
+    events = job_lineage(config, job, ds, request.run_id, request.plan.ranges if request.plan else ())
+    if events is not None:
+        events.start()
     try:
         with lease:
             with session(config, f"loglake-{job}-{ds.name}") as (spark, start_seconds, shared):
                 summary = body(spark, config, ds, request)
-    except BaseException:
+    except BaseException as e:
         series.record(config, ds.name, "job", job=job, run_id=request.run_id, ok=False,
                       seconds=round(time.monotonic() - t0, 3))
+        if events is not None:
+            events.fail(e)
         raise
     summary = replace(summary, start_seconds=round(start_seconds, 3), shared_application=shared)
     record_job(config, ds.name, job, summary)
+    if events is not None:
+        events.complete(summary.to_dict())
     return summary
 
 

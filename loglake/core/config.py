@@ -708,6 +708,27 @@ class MetricsSettings(_Strict):
         return int(env)
 
 
+class LineageSettings(_Strict):
+    """OpenLineage events of the batch-side jobs (docs/observability.md#lineage): ``transport``
+    is the OpenLineage client's (``{type: file, log_file_path: PATH}``, ``{type: http, url:
+    URL}``, ``{type: console}``), used by loglake's jobs and by Airflow's OpenLineage provider
+    alike; ``namespace`` the jobs' namespace."""
+
+    transport: dict[str, Any]
+    namespace: str = "loglake"
+
+    @field_validator("transport")
+    @classmethod
+    def _transport(cls, v: dict[str, Any]) -> dict[str, Any]:
+        kind = v.get("type")
+        need = {"file": "log_file_path", "http": "url", "console": None}
+        if kind not in need:
+            raise ValueError(f"transport.type must be one of file, http, console; found {kind!r}")
+        if need[kind] and not v.get(need[kind]):
+            raise ValueError(f"a {kind} transport needs {need[kind]}")
+        return v
+
+
 class RegistrySettings(_Strict):
     """The schema registry of the topics in a registry format (Confluent REST API).
 
@@ -763,6 +784,8 @@ class Profile(_Strict):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     speed: SpeedSettings = Field(default_factory=SpeedSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    # OpenLineage events of the jobs and of Airflow's tasks (null: none).
+    lineage: LineageSettings | None = None
     # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster); with
     # ``kafka.security`` its three nodes are secured as the embedded broker is.
     local_cluster: LocalClusterSettings | None = None
