@@ -1,6 +1,7 @@
 """The loglake page of the Airflow UI: a FastAPI app the api-server mounts at ``/loglake``.
 
-``/``            every dataset and partition, rendered on the server from ``loglake.ops.status``
+``/``            every dataset and partition, rendered on the server from ``loglake.ops.status``,
+                 and charts of the last hours from the metrics series (``loglake.observe.charts``)
 ``/api/status``  the same data as JSON
 ``/docs/...``    the Great Expectations Data Docs site (``loglake.ledger.results.data_docs_dir``)
 ``/icon.svg``    the navigation icon
@@ -18,6 +19,9 @@ from typing import Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+
+CHART_HOURS = 6.0  # the window the page's charts draw
+
 
 async def require_user(request: Request):
     """The logged-in Airflow user, exactly as the REST API resolves it (401/403 otherwise)."""
@@ -67,8 +71,12 @@ def create_app(config_loader: Callable | None = None, require_login: bool = True
     def page(request: Request) -> HTMLResponse:
         from loglake_airflow.ui_html import render_page
 
+        from loglake.observe.charts import charts_html
+
         root = request.scope.get("root_path", "").rstrip("/")
-        return HTMLResponse(render_page(collect(load()), root))
+        config = load()
+        return HTMLResponse(render_page(collect(config), root,
+                                        {name: charts_html(config, name, CHART_HOURS) for name in config.datasets}))
 
     @app.get("/icon.svg")
     def icon() -> Response:

@@ -25,6 +25,7 @@ th { background: #edf2f7; white-space: normal; max-width: 7em; font-size: 12px; 
 .ok { color: #276749; } .bad { color: #c53030; font-weight: 600; } .muted { color: #718096; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 4px 0; }
 dt { color: #4a5568; }
+.charts { display: flex; flex-wrap: wrap; gap: 8px; margin: 6px 0; } .charts svg { border: 1px solid #e2e8f0; }
 """
 
 # (field, column title); the partition row's cells, in order.
@@ -64,10 +65,14 @@ def _templates():
     return env
 
 
-def render_page(datasets: list[dict], root: str) -> str:
-    """The whole page; ``root`` is the app's mount path (``/loglake``, behind any base URL)."""
+def render_page(datasets: list[dict], root: str, charts: dict[str, str] | None = None) -> str:
+    """The whole page; ``root`` is the app's mount path (``/loglake``, behind any base URL);
+    ``charts``: each dataset's inline SVG charts (``loglake.observe.charts.charts_html``)."""
+    from markupsafe import Markup
+
     base = root[: -len("/loglake")] if root.endswith("/loglake") else ""
-    return _templates().get_template("page.html").render(datasets=datasets, root=root, base=base)
+    drawn = {name: Markup(svg) for name, svg in (charts or {}).items()}  # made by loglake, not from input
+    return _templates().get_template("page.html").render(datasets=datasets, root=root, base=base, charts=drawn)
 
 
 def no_docs_page(site) -> str:

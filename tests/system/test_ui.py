@@ -144,13 +144,21 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     ds = config.dataset("job_views")
     for d in config.datasets.values():
         ensure_topic(config, d)
-    produce(config, ds, 400, seed=81)
+    from loglake.local.metrics import Sampler
+    from loglake.observe import series
+
+    sampler = Sampler(config)  # the platform's exporter's sampler: the page's lag charts draw its samples
+    produce(config, ds, 400, bad_fraction=0.05, seed=81)
+    sampler.sample()
     run_speed(spark, config, ds, available_now=True)
+    sampler.sample()
     end0 = log_bounds(config, ds.topic)[0][1]
     recompute_and_publish(spark, config, ds, plan_backfill(config, ds, ranges=[f"0:0-{end0 // 2}"]), "ui-system")
     from loglake.ops.audit import audit_dataset
     assert audit_dataset(config, ds, "ui-audit").ok
     produce(config, ds, 100, seed=82)  # speed and batch behind: every number is non-trivial
+    time.sleep(1.5)
+    sampler.sample()
     # From here on nothing writes: offsets, watermarks and versions stay as read.
     expected = {d.name: dataset_status(config, d) for d in config.datasets.values()}
     print("\n".join(line for d in config.datasets.values() for line in format_status(d, expected[d.name])))
@@ -164,6 +172,13 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
         b.send("Page.navigate", url=f"{base}/plugin/loglake")  # the UI's route for the view
         shown = loglake_page_values(b)
         nav = b.eval("document.body.innerText")
+        # The charts: inline SVG drawn on the server from the metrics series, each with a size on
+        # the page (no script, nothing fetched from elsewhere).
+        doc = "document.querySelector('iframe').contentDocument"
+        drawn = b.eval(f"[...{doc}.querySelectorAll('svg.chart')].map(e => [e.closest('[data-dataset]').dataset"
+                       ".dataset, e.dataset.chart, +e.dataset.points, e.getBoundingClientRect().width, "
+                       "[...e.querySelectorAll('[data-value]')].map(p => +p.dataset.value)])")
+        foreign = b.eval(f"[...{doc}.querySelectorAll('script[src], link[href], img[src]')].length")
         time.sleep(0.5)  # let the frame finish painting before the picture
         shot = b.screenshot(ARTIFACTS / "airflow-loglake-page.png")
     print(f"screenshot: {shot}")
@@ -184,6 +199,19 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
         assert shown[name, None, "quality"] == ("none" if q is None else "published" if q["published"] else "failed")
         assert shown[name, None, "audit"] == ("none" if a is None else "ok" if a["ok"] else "failed")
     assert (shown["job_views", None, "quality"], shown["job_views", None, "audit"]) == ("published", "ok")
+    charts = {(d, c): (n, w, values) for d, c, n, w, values in drawn}
+    assert {c for d, c in charts if d == "job_views"} == {"speed_lag_seconds", "batch_lag_records",
+                                                          "records_per_minute", "micro_batch_seconds"}
+    assert all(w > 100 for _n, w, _v in charts.values()) and foreign == 0
+    evts = series.events(config, "job_views")
+    micro = [e for e in evts if e["kind"] == "micro_batch"]
+    samples = [e for e in evts if e["kind"] == "sample"]
+    assert charts["job_views", "micro_batch_seconds"][:1] == (len(micro),) and micro
+    assert charts["job_views", "micro_batch_seconds"][2] == [e["seconds"] for e in micro]
+    assert charts["job_views", "batch_lag_records"][2] == [e["batch_lag_records"] for e in samples]
+    assert len(samples) == 3 and samples[0]["batch_lag_records"] == 400  # before the speed run: all of it
+    # Records and quarantined records per minute: the bars add up to what the stream wrote.
+    assert sum(charts["job_views", "records_per_minute"][2]) == 400
     assert any(p.speed_lag and p.lag_seconds for p in expected["job_views"].partitions)
 
     # The same app, straight: JSON with a Bearer token; nothing without a login.

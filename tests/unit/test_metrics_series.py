@@ -159,3 +159,26 @@ def test_statsd_lines_from_airflows_client_become_metrics(tmp_path):
     assert got["airflow_dag_processing_last_duration_loglake_batch_seconds_count"] == 2
     assert got["airflow_dag_processing_last_duration_loglake_batch_seconds_sum"] == 2.0
     assert got["loglake_statsd_lines_received_total"] == 7
+
+
+def test_the_charts_draw_the_series_of_the_last_hours(tmp_path):
+    import re
+
+    from loglake.observe.charts import charts_html
+
+    config = _config(tmp_path)
+    now = 10_000_000.0
+    series.record(config, "job_views", "micro_batch", at=now - 7 * 3600, records=999, seconds=9.0)  # too old
+    for i in range(5):
+        series.record(config, "job_views", "sample", at=now - 600 + i * 60, speed_lag_seconds=float(i),
+                      speed_lag_records=i, batch_lag_records=100 + i)
+        series.record(config, "job_views", "micro_batch", at=now - 590 + i * 60, records=10 * i,
+                      quarantined={"bad_json": 1}, seconds=0.5 + i)
+    html = charts_html(config, "job_views", hours=6, now=now)
+    drawn = dict(re.findall(r'data-chart="([a-z_]+)" data-points="(\d+)"', html))
+    assert drawn == {"speed_lag_seconds": "5", "batch_lag_records": "5", "records_per_minute": "4",
+                     "micro_batch_seconds": "5"}  # the first minute's micro-batch wrote 0 valid records
+    assert html.count("<svg") == 4 and "<script" not in html and "http://www.w3.org/2000/svg" in html
+    values = re.findall(r'data-chart="micro_batch_seconds".*?</svg>', html)[0]
+    assert re.findall(r'data-value="([0-9.]+)"', values) == ["0.5", "1.5", "2.5", "3.5", "4.5"]
+    assert "nothing recorded" in charts_html(config, "company_ceos", hours=6, now=now)
