@@ -132,6 +132,13 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
     })
     # Airflow's own metrics, by StatsD to the platform's exporter (loglake.observe.statsd),
     # which serves them beside loglake's.
+    # Airflow's OpenLineage provider: the profile's lineage transport, or off (no warnings).
+    lineage = config.profile.lineage
+    if lineage is None:
+        env["AIRFLOW__OPENLINEAGE__DISABLED"] = "True"
+    else:
+        env.update({"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(lineage.transport),
+                    "AIRFLOW__OPENLINEAGE__NAMESPACE": lineage.namespace})
     statsd = statsd_address(config)
     if statsd is not None:
         env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": statsd[0],

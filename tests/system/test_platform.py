@@ -44,7 +44,9 @@ def platform_config(tmp_path):
     # With a schema registry of its own, as the local profile has: up starts it too.
     conf = write_conf(tmp_path, f"localhost:{free_port()}",
                       registry={"url": f"http://localhost:{free_port()}/apis/ccompat/v7", "embedded": True},
-                      metrics={"sample_interval": 2})
+                      metrics={"sample_interval": 2},
+                      lineage={"transport": {"type": "file", "log_file_path": str(tmp_path / "lineage.jsonl"),
+                                             "append": True}, "namespace": "loglake-test"})
     data = yaml.safe_load((conf / "loglake.yaml").read_text())
     data["profiles"]["test"]["kafka"]["embedded"] = True  # up starts its own broker
     (conf / "loglake.yaml").write_text(yaml.safe_dump(data))
@@ -141,6 +143,7 @@ def test_up_status_batch_run_down(platform_config, tmp_path):
                          token)["value"]
             assert value["shared_application"] is True and value["start_seconds"] == 0, value
     assert shared_app.ping(config)["served"] >= 2
+    lineage(tmp_path / "lineage.jsonl", config, run_id)
 
     scraped(config, env, tmp_path, ends)
 
@@ -206,3 +209,28 @@ def scraped(config, env: dict, tmp_path, ends: dict[int, int]) -> None:
         assert prom.query('airflow_scheduler_heartbeat_total{loglake_process="metrics"}')[0][1] > 0
     finally:
         prom.stop()
+
+
+def lineage(events_file, config, dag_run_id: str) -> None:
+    """The run's OpenLineage events (issue 27), all in the profile's file transport: Airflow's
+    provider's of the DAG run and its tasks, loglake's jobs' with the topic's offset ranges the
+    run recomputed and the tables' versions it left."""
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    names = {(e["job"]["namespace"], e["job"]["name"]) for e in events}
+    assert ("loglake-test", "loglake_batch") in names, sorted(names)
+    assert ("loglake-test", "loglake_batch.dataset.recompute") in names, sorted(names)
+    ds = config.dataset("job_views")
+    published = [r for r in ledger_rows(config, ds) if r["state"] == "published"]
+    run_id = published[0]["run_id"]
+    assert run_id.endswith(dag_run_id)
+    done = [e for e in events if e["job"]["name"] == "loglake.batch.job_views" and e["eventType"] == "COMPLETE"]
+    assert [e["run"]["facets"]["loglake_run"]["runId"] for e in done] == [run_id]
+    [topic] = done[0]["inputs"]
+    assert topic["name"] == ds.topic
+    assert sorted((r["partition"], r["start"], r["end"]) for r in topic["inputFacets"]["loglake_offsetRanges"]["ranges"]) \
+        == sorted((r["partition"], r["start"], r["end"]) for r in published)
+    gate = [e for e in events if e["job"]["name"] == "loglake.quality.job_views" and e["eventType"] == "COMPLETE"]
+    from loglake.ledger.tables import snapshot
+    versions = {o["outputFacets"]["loglake_table"]["layer"]: o["facets"]["version"]["datasetVersion"]
+                for o in gate[0]["outputs"]}
+    assert versions["batch"] == str(snapshot(config.table_path(ds, "batch")).version)
