@@ -2,7 +2,8 @@
 drawn on the server from its metrics series (``loglake.observe.series``): no script, no CDN,
 readable in a browser without internet.
 
-``dataset_charts(config, name, hours)`` gives four charts: the speed layer's lag in seconds
+``dataset_charts(config, name, hours)`` gives four charts (drawn over the window since their
+first point when that is shorter): the speed layer's lag in seconds
 and the batch watermark's lag in records (the exporter's samples), records and quarantined
 records per minute, and micro-batch durations (the stream's events). Each ``<svg>`` carries
 ``data-chart`` and ``data-points`` (how many points it drew), each point's ``<circle>`` or
@@ -60,7 +61,8 @@ class Chart:
             if self.bars:
                 width = max(2.0, (W - LEFT - 6) / max(span / 60, 1) - 1)
                 for t, v in points:
-                    parts.append(f'<rect x="{x(t):.1f}" y="{y(v):.1f}" width="{width:.1f}" '
+                    left = max(x(t), LEFT + 1)  # a minute begun before the window, or not ended yet: clipped
+                    parts.append(f'<rect x="{left:.1f}" y="{y(v):.1f}" width="{max(1.0, min(width, W - 6 - left)):.1f}" '
                                  f'height="{H - BOTTOM - y(v):.1f}" fill="{colour}" fill-opacity="0.7" '
                                  f'data-t="{t:.0f}" data-value="{v:g}"/>')
             else:
@@ -107,6 +109,10 @@ def dataset_charts(config: Config, name: str, hours: float = 6.0, now: float | N
 
 
 def charts_html(config: Config, name: str, hours: float = 6.0, now: float | None = None) -> str:
-    """The charts of ``name`` as one block of inline SVG."""
+    """The charts of ``name`` as one block of inline SVG, over the last ``hours`` or since the
+    first point drawn when that is later (a new deployment's first minutes fill the width)."""
     now = time.time() if now is None else now
-    return "".join(c.svg(now - hours * 3600, now) for c in dataset_charts(config, name, hours, now))
+    charts = dataset_charts(config, name, hours, now)
+    first = [t for c in charts for t, _v in c.points + (c.second or [])]
+    since = max(now - hours * 3600, min(first) - 60) if first else now - hours * 3600
+    return "".join(c.svg(since, now) for c in charts)

@@ -179,9 +179,12 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
                        ".dataset, e.dataset.chart, +e.dataset.points, e.getBoundingClientRect().width, "
                        "[...e.querySelectorAll('[data-value]')].map(p => +p.dataset.value)])")
         foreign = b.eval(f"[...{doc}.querySelectorAll('script[src], link[href], img[src]')].length")
+        b.eval(f"{doc}.querySelector('.charts[data-dataset=job_views]').scrollIntoView()")
+        time.sleep(0.5)
+        charts_shot = b.screenshot(ARTIFACTS / "airflow-loglake-charts.png")
         time.sleep(0.5)  # let the frame finish painting before the picture
         shot = b.screenshot(ARTIFACTS / "airflow-loglake-page.png")
-    print(f"screenshot: {shot}")
+    print(f"screenshots: {shot}, {charts_shot}")
     assert shot.stat().st_size > 10_000
     assert "loglake" in nav
     for name, st in expected.items():
