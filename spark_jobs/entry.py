@@ -83,7 +83,8 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
              if job in WRITERS else nullcontext())
     t0 = time.monotonic()
-    events = job_lineage(config, job, ds, request.run_id, request.plan.ranges if request.plan else ())
+    events = job_lineage(config, job, ds, request.run_id, request.plan.ranges if request.plan else (),
+                         request.layer)
     if events is not None:
         events.start()
     try:

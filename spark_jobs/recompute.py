@@ -156,5 +156,6 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))
     total = records + quarantined
     return BatchSummary(dataset=ds.name, run_id=run_id, ranges=len(ranges), records=records, quarantined=quarantined,
-                        quarantined_by_reason=reasons, staged=staged, schema_version=schema_version, seconds=round(seconds, 3),
-                        phases=phases.seconds, records_per_second=round(total / seconds) if seconds else None)
+                        quarantined_by_reason=reasons, staged=staged, schema_version=schema_version,
+                        seconds=round(seconds, 3), phases=phases.seconds,
+                        records_per_second=round(total / seconds) if seconds else None)

@@ -62,7 +62,8 @@ class Chart:
                 width = max(2.0, (W - LEFT - 6) / max(span / 60, 1) - 1)
                 for t, v in points:
                     left = max(x(t), LEFT + 1)  # a minute begun before the window, or not ended yet: clipped
-                    parts.append(f'<rect x="{left:.1f}" y="{y(v):.1f}" width="{max(1.0, min(width, W - 6 - left)):.1f}" '
+                    wide = max(1.0, min(width, W - 6 - left))
+                    parts.append(f'<rect x="{left:.1f}" y="{y(v):.1f}" width="{wide:.1f}" '
                                  f'height="{H - BOTTOM - y(v):.1f}" fill="{colour}" fill-opacity="0.7" '
                                  f'data-t="{t:.0f}" data-value="{v:g}"/>')
             else:

@@ -30,8 +30,9 @@ from loglake.core.config import Config, Dataset
 SCHEMA = "https://github.com/loglake/loglake/blob/main/docs/observability.md#lineage"
 
 # The tables each job writes, by layer (LAYERS in loglake.core.config).
-WRITES = {"batch": ("batch", "quarantine"), "quality": ("batch",), "rebuild": ("batch", "speed", "quarantine", "latest"),
-          "replay": ("batch", "speed", "quarantine"), "maintenance": ("speed", "batch", "quarantine")}
+WRITES = {"batch": ("batch", "quarantine"), "quality": ("batch",),
+          "rebuild": ("batch", "speed", "quarantine", "latest"), "replay": ("batch", "speed", "quarantine"),
+          "maintenance": ("speed", "batch", "quarantine")}
 
 _said: set[str] = set()
 
@@ -89,13 +90,16 @@ def table_dataset(path: str) -> tuple[str, str]:
 class JobLineage:
     """The events of one job run: ``start`` then ``complete`` or ``fail``."""
 
-    def __init__(self, config: Config, job: str, ds: Dataset, run_id: str | None, ranges=()):
+    def __init__(self, config: Config, job: str, ds: Dataset, run_id: str | None, ranges=(), layer: str | None = None):
         from openlineage.client import OpenLineageClient
         from openlineage.client.uuid import generate_new_uuid
 
         settings = config.profile.lineage
         self.config, self.job, self.ds, self.loglake_run = config, job, ds, run_id
         self.ranges = [r for r in ranges if r.size]
+        # A rebuild of one layer writes that layer's table (and its quarantine rows).
+        self.writes = WRITES[job] if layer is None else tuple(
+            x for x in (layer, "quarantine") if x in WRITES[job] and (layer != "latest" or x == "latest"))
         self.client = OpenLineageClient(config={"transport": dict(settings.transport)})
         self.namespace = settings.namespace
         self.run_id = str(generate_new_uuid())
@@ -121,7 +125,7 @@ class JobLineage:
                     {"partition": r.partition, "start": r.start, "end": r.end} for r in self.ranges])}))
         outputs = []
         done = summary is not None
-        for layer in WRITES.get(self.job, ()):
+        for layer in self.writes:
             if getattr(self.ds.tables, layer, None) is None:
                 continue
             path = self.config.table_path(self.ds, layer)
@@ -175,13 +179,14 @@ class JobLineage:
         self._emit(RunState.FAIL, error=f"{type(error).__name__}: {error}")
 
 
-def job_lineage(config: Config, job: str, ds: Dataset, run_id: str | None, ranges=()) -> JobLineage | None:
+def job_lineage(config: Config, job: str, ds: Dataset, run_id: str | None, ranges=(),
+                layer: str | None = None) -> JobLineage | None:
     """The lineage of a job run, None when the profile has no ``lineage`` (or the client
     cannot be made: said once on stderr)."""
     if config.profile.lineage is None or job not in WRITES:
         return None
     try:
-        return JobLineage(config, job, ds, run_id, ranges)
+        return JobLineage(config, job, ds, run_id, ranges, layer)
     except Exception as e:
         if "client" not in _said:
             _said.add("client")
