@@ -111,9 +111,10 @@ class Served:
 
 class StreamsCollector(Collector):
     """The application's streams as they run (served on ``metrics.speed_port``): each one's
-    query, last micro-batch and restarts."""
+    query, last micro-batch and restarts. ``running``: dataset → its ``Served`` (or anything
+    with ``session`` and ``starts``)."""
 
-    def __init__(self, running: dict[str, "Served"]):
+    def __init__(self, running: dict):
         self.running = running
 
     def collect(self):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from datetime import datetime
 from pathlib import Path
 
@@ -245,7 +246,8 @@ def serve(config: Config, name: str, registry: CollectorRegistry, host: str, por
 
     server, _thread = start_http_server(port, addr=host, registry=registry)
     bound = server.server_address[1]
-    register(config, name, host, bound)
+    # Listening on every address: listed under this host's name (what a scraper reaches it by).
+    register(config, name, socket.gethostname() if host in ("0.0.0.0", "::", "") else host, bound)
     return bound
 
 
