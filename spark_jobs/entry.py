@@ -84,7 +84,7 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
              if job in WRITERS else nullcontext())
     t0 = time.monotonic()
     events = job_lineage(config, job, ds, request.run_id, request.plan.ranges if request.plan else (),
-                         request.layer)
+                         request.layer, request.lineage_parent)
     if events is not None:
         events.start()
     try:

@@ -47,6 +47,9 @@ class JobRequest:
     layer: str | None = None  # rebuild: batch | speed | latest
     reason_code: str | None = None  # replay: only the records quarantined for this reason
     dry_run: bool = False  # replay: count, write nothing
+    # The OpenLineage run this job runs under, "namespace/job/run-id" (an Airflow task's, from its
+    # OpenLineage provider): the job's events name it as their parent (loglake.observe.lineage).
+    lineage_parent: str | None = None
 
     def __post_init__(self) -> None:
         spec = registered(self.job)  # a ParamError for an unknown job
@@ -80,6 +83,8 @@ class JobRequest:
             out += ["--reason-code", self.reason_code]
         if self.dry_run:
             out.append("--dry-run")
+        if self.lineage_parent:
+            out += ["--lineage-parent", self.lineage_parent]
         return out
 
     def with_summary_file(self, path: str | Path) -> "JobRequest":
@@ -98,13 +103,14 @@ class JobRequest:
         p.add_argument("--layer")
         p.add_argument("--reason-code")
         p.add_argument("--dry-run", action="store_true")
+        p.add_argument("--lineage-parent")
         args = p.parse_args(list(argv))
         try:
             plan = Plan.from_json(args.plan) if args.plan else None
         except (ValueError, KeyError, TypeError) as e:
             raise ParamError("plan", f"not a plan (loglake.ledger.planning.Plan.to_json): {e}") from None
         return cls(job, args.dataset, plan, args.run_id, args.available_now, args.progress_file, args.summary_file,
-                   args.layer, args.reason_code, args.dry_run)
+                   args.layer, args.reason_code, args.dry_run, args.lineage_parent)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -7,6 +7,7 @@ but not what they mean to loglake; these events say it, in loglake's own facets:
 
 - the job ``<namespace>/loglake.<job>.<dataset>``; the run's ``loglake_run`` facet: loglake's
   run id, the job's seconds and phases, and (a batch run) its records and quarantined ones;
+  its ``parent`` facet: the Airflow task's OpenLineage run it ran under (the provider's);
 - inputs: the Kafka topic (namespace ``kafka://<first bootstrap server>``) with the offset
   ranges the run read per partition (``loglake_offsetRanges``); for the quality gate, the
   table it validated with its expectations' results (``dataQualityAssertions``);
@@ -90,7 +91,8 @@ def table_dataset(path: str) -> tuple[str, str]:
 class JobLineage:
     """The events of one job run: ``start`` then ``complete`` or ``fail``."""
 
-    def __init__(self, config: Config, job: str, ds: Dataset, run_id: str | None, ranges=(), layer: str | None = None):
+    def __init__(self, config: Config, job: str, ds: Dataset, run_id: str | None, ranges=(), layer: str | None = None,
+                 parent: str | None = None):
         from openlineage.client import OpenLineageClient
         from openlineage.client.uuid import generate_new_uuid
 
@@ -103,6 +105,7 @@ class JobLineage:
         self.client = OpenLineageClient(config={"transport": dict(settings.transport)})
         self.namespace = settings.namespace
         self.run_id = str(generate_new_uuid())
+        self.parent = parent.rsplit("/", 2) if parent and parent.count("/") >= 2 else None  # namespace, job, run
 
     def _event(self, state, summary: dict | None = None, error: str | None = None):
         from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent
@@ -115,6 +118,12 @@ class JobLineage:
         ranges_facet, table_facet, run_facet = _facets()
         run_facets: dict[str, Any] = {"loglake_run": run_facet(job=self.job, dataset=self.ds.name,
                                                                runId=self.loglake_run, summary=summary)}
+        if self.parent is not None:
+            from openlineage.client.facet_v2 import parent_run
+
+            namespace, name, run = self.parent
+            run_facets["parent"] = parent_run.ParentRunFacet(run=parent_run.Run(runId=run),
+                                                             job=parent_run.Job(namespace=namespace, name=name))
         if error is not None:
             run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(message=error,
                                                                                 programmingLanguage="python")
@@ -180,13 +189,13 @@ class JobLineage:
 
 
 def job_lineage(config: Config, job: str, ds: Dataset, run_id: str | None, ranges=(),
-                layer: str | None = None) -> JobLineage | None:
+                layer: str | None = None, parent: str | None = None) -> JobLineage | None:
     """The lineage of a job run, None when the profile has no ``lineage`` (or the client
     cannot be made: said once on stderr)."""
     if config.profile.lineage is None or job not in WRITES:
         return None
     try:
-        return JobLineage(config, job, ds, run_id, ranges, layer)
+        return JobLineage(config, job, ds, run_id, ranges, layer, parent)
     except Exception as e:
         if "client" not in _said:
             _said.add("client")

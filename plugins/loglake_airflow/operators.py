@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,19 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from loglake_airflow.datasets import table_asset
 from loglake_airflow.errors import loglake_errors, summary_error
 from loglake_airflow.hooks import LoglakeHook
+
+
+def with_lineage_parent(config, request, context):
+    """``request`` naming this task's OpenLineage run as its parent (the provider's own id of
+    it, ``lineage_parent_id``), when the profile emits lineage."""
+    if config.profile.lineage is None:
+        return request
+    try:
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id
+
+        return replace(request, lineage_parent=lineage_parent_id(context["ti"]))
+    except Exception:  # no provider, or no task instance: the job's events stand alone
+        return request
 
 
 class LoglakeSparkSubmitOperator(SparkSubmitOperator):
@@ -50,7 +64,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
         from loglake.jobs.protocol import JobRequest
 
         config = LoglakeHook().config
-        request = JobRequest.parse(self.job, self.application_args or [])
+        request = with_lineage_parent(config, JobRequest.parse(self.job, self.application_args or []), context)
         started = time.monotonic()
         shared = self._in_shared_application(config, request)
         if shared is not None:

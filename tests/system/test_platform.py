@@ -225,6 +225,11 @@ def lineage(events_file, config, dag_run_id: str) -> None:
     assert run_id.endswith(dag_run_id)
     done = [e for e in events if e["job"]["name"] == "loglake.batch.job_views" and e["eventType"] == "COMPLETE"]
     assert [e["run"]["facets"]["loglake_run"]["runId"] for e in done] == [run_id]
+    # Under the Airflow task that ran it: its parent is that task's run, as the provider names it.
+    parent = done[0]["run"]["facets"]["parent"]
+    assert (parent["job"]["namespace"], parent["job"]["name"]) == ("loglake-test", "loglake_batch.dataset.recompute")
+    assert parent["run"]["runId"] in {e["run"]["runId"] for e in events
+                                      if e["job"]["name"] == "loglake_batch.dataset.recompute"}
     [topic] = done[0]["inputs"]
     assert topic["name"] == ds.topic
     assert sorted((r["partition"], r["start"], r["end"]) for r in topic["inputFacets"]["loglake_offsetRanges"]["ranges"]) \

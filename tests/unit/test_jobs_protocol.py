@@ -22,7 +22,8 @@ PLAN = Plan("job_views", (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7))
 
 @pytest.mark.parametrize("request_", [
     JobRequest("batch", "job_views", PLAN, "run-1"),
-    JobRequest("quality", "job_views", PLAN, "dag/run:2", summary_file="/tmp/s"),
+    JobRequest("quality", "job_views", PLAN, "dag/run:2", summary_file="/tmp/s",
+               lineage_parent="ns/loglake_batch.dataset.quality/01935a3c-0000-7000-8000-000000000001"),
     JobRequest("speed", "job_views", available_now=True, progress_file="/x/p.json"),
     JobRequest("maintenance", "company_ceos", run_id="m"),
     JobRequest("rebuild", "company_ceos", run_id="r", layer="latest"),
