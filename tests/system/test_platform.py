@@ -207,6 +207,9 @@ def scraped(config, env: dict, tmp_path, ends: dict[int, int]) -> None:
         assert prom.query('process_resident_memory_bytes{loglake_process="speed"}')[0][1] > 0
         # Airflow's own metrics (its StatsD), served by the same exporter.
         assert prom.query('airflow_scheduler_heartbeat_total{loglake_process="metrics"}')[0][1] > 0
+        print("exporter: sample {:.3f}s; scrapes {}".format(
+            prom.query("loglake_sample_duration_seconds")[0][1],
+            {labels["loglake_process"]: round(v, 4) for labels, v in prom.query("scrape_duration_seconds")}))
     finally:
         prom.stop()
 
