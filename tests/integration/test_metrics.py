@@ -1,7 +1,8 @@
-"""loglake's metrics as a monitoring system reads them (issue 27): a real Prometheus (Debian's
-package) scraping the platform's exporter through the targets file loglake writes, its values
-checked against ``loglake status --json``; the speed layer's and the batch jobs' counters from
-what they wrote, per reason."""
+"""loglake's metrics and lineage as a monitoring system reads them (issue 27): a real Prometheus
+(Debian's package) scraping the platform's exporter through the targets file loglake writes, its
+values checked against ``loglake status --json``; the speed layer's and the batch jobs' counters
+from what they wrote, per reason; an alert firing; the batch run's OpenLineage events (the
+OpenLineage client's file transport) read back."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from loglake.core import paths
 from loglake.core.processes import wait_for
 from loglake.jobs.protocol import JobRequest
 from loglake.ledger.planning import plan_batch
+from loglake.ledger.tables import snapshot
 from loglake.local.produce import produce
 from loglake.local.stack import exporter_process, start_exporter
 from loglake.testing import config_environment, run_loglake
@@ -32,9 +34,12 @@ def _by_labels(result, *keys):
 ALERTS = paths.REPO_ROOT / "docker" / "prometheus" / "loglake-alerts.yml"
 
 
-def test_a_prometheus_scrape_says_what_loglake_status_json_says_and_an_alert_fires_when_the_stream_stops(
+def test_a_scrape_says_what_status_json_says_an_alert_fires_when_the_stream_stops_and_lineage_is_emitted(
         spark, make_config, tmp_path):
-    config = make_config(metrics={"sample_interval": 1, "alerts": {"speed_lag_seconds": 4}})
+    events_file = tmp_path / "lineage.jsonl"
+    config = make_config(metrics={"sample_interval": 1, "alerts": {"speed_lag_seconds": 4}},
+                         lineage={"transport": {"type": "file", "log_file_path": str(events_file), "append": True},
+                                  "namespace": "loglake-test"})
     ds = config.dataset("job_views")
     produced = produce(config, ds, 400, bad_fraction=0.1, seed=271)
     run_speed(spark, config, ds, available_now=True)
@@ -52,6 +57,7 @@ def test_a_prometheus_scrape_says_what_loglake_status_json_says_and_an_alert_fir
                              session)
     assert gate.published and wrote.quarantined == produced.bad
     assert sum(wrote.quarantined_by_reason.values()) == wrote.quarantined
+    lineage(config, ds, plan, wrote, events_file)
 
     pid, _new = start_exporter(config)
     prom = None
@@ -133,3 +139,46 @@ def test_a_prometheus_scrape_says_what_loglake_status_json_says_and_an_alert_fir
             prom.stop()
         exporter_process(config).stop()
     assert pid
+
+
+def lineage(config, ds, plan, wrote, events_file) -> None:
+    """The batch run's OpenLineage events: the input topic and the offset ranges per partition,
+    the output tables and the versions they were left at, the quality gate's result."""
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [(e["job"]["name"], e["eventType"]) for e in events] == [
+        ("loglake.batch.job_views", "START"), ("loglake.batch.job_views", "COMPLETE"),
+        ("loglake.quality.job_views", "START"), ("loglake.quality.job_views", "COMPLETE")]
+    assert {e["job"]["namespace"] for e in events} == {"loglake-test"}
+    start, done = events[0], events[1]
+    assert start["run"]["runId"] == done["run"]["runId"] != events[2]["run"]["runId"]
+    assert done["run"]["facets"]["loglake_run"]["runId"] == "metrics-1"
+    assert done["run"]["facets"]["loglake_run"]["summary"]["records"] == wrote.records
+
+    # The input: the topic, and exactly the plan's offset ranges per partition.
+    [topic] = done["inputs"]
+    assert (topic["namespace"], topic["name"]) == (f"kafka://{config.kafka.bootstrap_servers}", ds.topic)
+    ranges = topic["inputFacets"]["loglake_offsetRanges"]["ranges"]
+    assert ranges == [{"partition": r.partition, "start": r.start, "end": r.end} for r in plan.ranges if r.size]
+    assert sum(r["end"] - r["start"] for r in ranges) == wrote.records + wrote.quarantined
+
+    # The outputs: the batch and quarantine tables at the versions the run left them.
+    outputs = {o["outputFacets"]["loglake_table"]["layer"]: o for o in done["outputs"]}
+    assert set(outputs) == {"batch", "quarantine"}
+    for layer, out in outputs.items():
+        path = config.table_path(ds, layer)
+        assert (out["namespace"], out["name"]) == ("file", path)
+        assert out["outputFacets"]["loglake_table"]["table"] == getattr(ds.tables, layer)
+    # The quality gate published afterwards: the batch run's COMPLETE names the version it wrote,
+    # the gate's names the one after its publish (the live table's now).
+    gate_done = events[3]
+    gate_out = {o["outputFacets"]["loglake_table"]["layer"]: o for o in gate_done["outputs"]}
+    assert gate_out["batch"]["facets"]["version"]["datasetVersion"] == str(snapshot(config.table_path(ds, "batch")).version)
+    assert int(outputs["batch"]["facets"]["version"]["datasetVersion"]) <= int(
+        gate_out["batch"]["facets"]["version"]["datasetVersion"])
+    assert outputs["quarantine"]["facets"]["version"]["datasetVersion"] == str(
+        snapshot(config.table_path(ds, "quarantine")).version)
+    # The gate's input: the table it validated, with its result.
+    [checked] = [i for i in gate_done["inputs"] if "dataQualityAssertions" in i["inputFacets"]]
+    assert checked["name"] == config.table_path(ds, "batch")
+    assert all(a["success"] for a in checked["inputFacets"]["dataQualityAssertions"]["assertions"])
+    assert gate_done["run"]["facets"]["loglake_run"]["summary"]["published"] is True
