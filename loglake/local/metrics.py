@@ -43,11 +43,10 @@ class Sampler(Collector):
             parts = d["partitions"]
             lags = [p["lag_seconds"] for p in parts if p["lag_seconds"] is not None]
             speed = [p["speed_lag"] for p in parts if p["speed_lag"] is not None]
-            series.record(self.config, name, "sample", speed_lag_records=sum(speed) if speed else None,
-                          speed_lag_seconds=max(lags) if lags else None,
-                          batch_lag_records=sum(p["batch_lag"] for p in parts))
-            # The sample just appended belongs to the totals the scrapes serve.
-            d["totals"] = series.totals(series.events(self.config, name))
+            sampled = series.record(self.config, name, "sample", speed_lag_records=sum(speed) if speed else None,
+                                    speed_lag_seconds=max(lags) if lags else None,
+                                    batch_lag_records=sum(p["batch_lag"] for p in parts))
+            series.fold(d["totals"], sampled)  # the sample just appended belongs to the totals served
         self.latest = {"at": time.time(), "seconds": time.monotonic() - t0, "rows": rows, "found": found,
                        "errors": errors}
 

@@ -64,7 +64,22 @@ def _add_histogram(family: HistogramMetricFamily, values: list[str], h: dict) ->
     family.add_metric(values, cumulative, h["sum"])
 
 
-def dataset_families(name: str, d: dict, thresholds: dict | None = None) -> list[Metric]:
+# Per dataset and partition: (metric, the field of PartitionStatus.to_dict(), help).
+PARTITION_GAUGES = (
+    ("loglake_log_start_offset", "earliest", "The partition's earliest retained offset."),
+    ("loglake_log_end_offset", "end", "The partition's log end offset (the next offset Kafka writes)."),
+    ("loglake_speed_position_offset", "speed_position", "The next offset the speed layer reads."),
+    ("loglake_speed_lag_records", "speed_lag", "Offsets in the log the speed layer has not read."),
+    ("loglake_speed_lag_seconds", "lag_seconds", "Age of the oldest record the speed layer has not read "
+     "(0: caught up)."),
+    ("loglake_batch_watermark_offset", "watermark", "The offset below which the batch layer is published."),
+    ("loglake_batch_lag_records", "batch_lag", "Offsets in the log above the batch watermark."),
+    ("loglake_retention_remaining_seconds", "retention_seconds", "Seconds until retention may delete the oldest "
+     "offset a layer has not processed (negative: overdue)."),
+)
+
+
+def dataset_families(name: str, d: dict) -> list[Metric]:
     """The metric families of one dataset's ``snapshot.dataset`` dictionary."""
     g = {}
 
@@ -75,25 +90,9 @@ def dataset_families(name: str, d: dict, thresholds: dict | None = None) -> list
 
     for p in d["partitions"]:
         at = [name, str(p["partition"])]
-        gauge("loglake_log_start_offset", "The partition's earliest retained offset.").add_metric(at, p["earliest"])
-        gauge("loglake_log_end_offset", "The partition's log end offset (the next offset Kafka writes).").add_metric(
-            at, p["end"])
-        if p["speed_position"] is not None:
-            gauge("loglake_speed_position_offset", "The next offset the speed layer reads.").add_metric(
-                at, p["speed_position"])
-            gauge("loglake_speed_lag_records", "Offsets in the log the speed layer has not read.").add_metric(
-                at, p["speed_lag"])
-        if p["lag_seconds"] is not None:
-            gauge("loglake_speed_lag_seconds", "Age of the oldest record the speed layer has not read (0: caught "
-                  "up).").add_metric(at, p["lag_seconds"])
-        if p["watermark"] is not None:
-            gauge("loglake_batch_watermark_offset", "The offset below which the batch layer is published.").add_metric(
-                at, p["watermark"])
-        gauge("loglake_batch_lag_records", "Offsets in the log above the batch watermark.").add_metric(
-            at, p["batch_lag"])
-        if p["retention_seconds"] is not None:
-            gauge("loglake_retention_remaining_seconds", "Seconds until retention may delete the oldest offset a "
-                  "layer has not processed (negative: overdue).").add_metric(at, p["retention_seconds"])
+        for metric, key, doc in PARTITION_GAUGES:
+            if p[key] is not None:  # absent: no speed position, no watermark, nothing deleted by age
+                gauge(metric, doc).add_metric(at, p[key])
     lost: dict[int, int] = {}
     for r in d["lost"]:
         lost[r["partition"]] = lost.get(r["partition"], 0) + r["end"] - r["start"]
@@ -196,20 +195,25 @@ def register(config: Config, name: str, host: str, port: int) -> None:
     _write_targets(config)
 
 
-def registered(config: Config) -> dict[str, str]:
-    """Each listed process's ``host:port`` whose process still runs."""
+def _live_entries(config: Config) -> dict[str, dict]:
+    """The listed processes (name → entry) whose process still runs."""
     out = {}
     for f in sorted(targets_dir(config).glob("*.json")) if targets_dir(config).is_dir() else []:
         try:
             entry = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if _alive(entry.get("pid")):
-            out[f.stem] = entry["targets"][0]
+        if pid_alive(entry.get("pid")):
+            out[f.stem] = entry
     return out
 
 
-def _alive(pid) -> bool:
+def registered(config: Config) -> dict[str, str]:
+    """Each listed process's ``host:port`` whose process still runs."""
+    return {name: entry["targets"][0] for name, entry in _live_entries(config).items()}
+
+
+def pid_alive(pid) -> bool:
     try:
         os.kill(int(pid), 0)
     except (TypeError, ValueError, ProcessLookupError):
@@ -225,14 +229,7 @@ def unregister(config: Config, name: str) -> None:
 
 
 def _write_targets(config: Config) -> None:
-    groups = []
-    for f in sorted(targets_dir(config).glob("*.json")):
-        try:
-            entry = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if _alive(entry.get("pid")):
-            groups.append({"targets": entry["targets"], "labels": entry["labels"]})
+    groups = [{"targets": e["targets"], "labels": e["labels"]} for e in _live_entries(config).values()]
     out = config.home / "metrics" / "targets.json"
     tmp = out.with_name(f"targets.json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(groups, indent=1))

@@ -50,10 +50,11 @@ def _locked(file: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def record(config: Config, dataset: str, kind: str, at: float | None = None, **fields) -> None:
-    """Append one event (``kind``, the time ``at`` or now, ``fields``) to ``dataset``'s series."""
-    line = json.dumps({"t": round(time.time() if at is None else at, 3), "kind": kind, **fields},
-                      separators=(",", ":"), default=str) + "\n"
+def record(config: Config, dataset: str, kind: str, at: float | None = None, **fields) -> dict:
+    """Append one event (``kind``, the time ``at`` or now, ``fields``) to ``dataset``'s series;
+    the event."""
+    event = {"t": round(time.time() if at is None else at, 3), "kind": kind, **fields}
+    line = json.dumps(event, separators=(",", ":"), default=str) + "\n"
     file = path(config, dataset)
     try:
         with _locked(file):
@@ -66,6 +67,7 @@ def record(config: Config, dataset: str, kind: str, at: float | None = None, **f
         if str(file) not in _said:
             _said.add(str(file))
             print(f"loglake: could not keep metrics in {file}: {e}", file=sys.stderr, flush=True)
+    return event
 
 
 def events(config: Config, dataset: str, since: float | None = None) -> list[dict]:

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector
 
 from loglake.core.config import Config
+from loglake.observe.exporter import pid_alive
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -35,10 +36,9 @@ def address(config: Config) -> tuple[str, int] | None:
     """Where the running exporter takes StatsD (None: it does not, or it is not running)."""
     try:
         entry = json.loads(address_file(config).read_text())
-        os.kill(int(entry["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
-    return entry["host"], int(entry["port"])
+    return (entry["host"], int(entry["port"])) if pid_alive(entry.get("pid")) else None
 
 
 def statsd_address(config: Config) -> tuple[str, int] | None:

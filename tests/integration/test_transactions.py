@@ -172,6 +172,21 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
     assert (unsized.max_offsets, unsized.mean_bytes) == (70, None) and "no byte budget" in unsized.bound
 
 
+def exact_noted(monkeypatch) -> list[bool]:
+    """How each micro-batch asks ``parse.counted`` to note its bad offsets (``exact``), in order."""
+    from spark_jobs import parse
+
+    noted = []
+    real_counted = parse.counted
+
+    def counted(*args, **kwargs):
+        noted.append(kwargs.get("exact"))
+        return real_counted(*args, **kwargs)
+
+    monkeypatch.setattr(parse, "counted", counted)
+    return noted
+
+
 def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planned_with(spark, make_config,
                                                                                         monkeypatch):
     """A stream's first micro-batch may be one the previous run planned (Spark's offset log)
@@ -194,14 +209,7 @@ def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planne
     # Spark shares the cap out among the partitions, rounding down: up to 100, above the limit.
     assert 60 < streaming.planned_span(spark, config.checkpoint_path(ds), ds.topic, 0) <= 100
 
-    noted = []
-
-    def counted(*args, **kwargs):
-        noted.append(kwargs.get("exact"))
-        return real_counted(*args, **kwargs)
-
-    real_counted = parse.counted
-    monkeypatch.setattr(parse, "counted", counted)
+    noted = exact_noted(monkeypatch)
     # Restarted with a smaller cap: the same conf directory, state and topic.
     config = make_config(speed={"max_offsets_per_trigger": 50, "max_bytes_per_trigger": None}, topic_suffix=suffix)
     ds = config.dataset("job_views")
@@ -226,14 +234,7 @@ def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro
                   abort_every=4)
     cap = size_micro_batches(config, ds.topic).max_offsets
     assert 100 < cap < 400  # job_views events are ~100-200 B: the budget, not the records cap, binds
-    noted = []
-
-    def counted(*args, **kwargs):
-        noted.append(kwargs.get("exact"))
-        return real_counted(*args, **kwargs)
-
-    real_counted = parse.counted
-    monkeypatch.setattr(parse, "counted", counted)
+    noted = exact_noted(monkeypatch)
     last = run_speed(spark, config, ds, available_now=True)
     # Micro-batches of at most the sized cap note their bad offsets one by one.
     assert noted and all(noted), noted
