@@ -13,13 +13,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
 from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import SpeedSummary
+from loglake.observe import exporter
 from loglake.speed.streams import stream_files
 from spark_jobs import entry
 from spark_jobs.streaming import check_gaps, is_data_loss, run_speed, stream_summary
@@ -86,8 +90,52 @@ def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: 
         path.unlink(missing_ok=True)
 
 
+class StreamsCollector(Collector):
+    """Streams as they run (served on ``metrics.speed_port``): each one's query, last
+    micro-batch and restarts. ``running``: dataset → anything with ``session`` and ``starts``
+    (the speed application's ``Served``; ``run_alone``'s one stream)."""
+
+    def __init__(self, running: dict):
+        self.running = running
+
+    def collect(self):
+        active = GaugeMetricFamily("loglake_stream_active", "1 while the dataset's query runs in the speed "
+                                   "application.", labels=["dataset"])
+        batch = GaugeMetricFamily("loglake_stream_batch_id", "The id of the query's last micro-batch.",
+                                  labels=["dataset"])
+        rate = GaugeMetricFamily("loglake_stream_input_records_per_second", "Records per second the last "
+                                 "micro-batch took in (Spark's progress).", labels=["dataset"])
+        starts = CounterMetricFamily("loglake_stream_starts", "Times the dataset's query was started in this "
+                                     "application (restarts after a transient failure included).", labels=["dataset"])
+        for name, served in sorted(dict(self.running).items()):
+            session = served.session
+            queries = list(session.streams.active) if session is not None else []
+            active.add_metric([name], 1.0 if queries else 0.0)
+            starts.add_metric([name], served.starts)
+            last = queries[0].lastProgress if queries else None
+            progress = json.loads(last.json) if hasattr(last, "json") else last
+            if progress:
+                batch.add_metric([name], progress.get("batchId", 0))
+                rate.add_metric([name], progress.get("inputRowsPerSecond") or 0.0)
+        yield from (active, batch, rate, starts)
+
+
+def run_alone(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> SpeedSummary:
+    """``run_job`` as a spark-submit of its own (a compose stack's speed container): a background
+    stream serves its metrics on ``metrics.speed_port`` while it runs, listed as ``speed-<dataset>``."""
+    if request.available_now:
+        return run_job(spark, config, ds, request)
+    name = f"speed-{ds.name}"
+    exporter.serve_process(config, name, config.profile.metrics.speed_port,
+                           StreamsCollector({ds.name: SimpleNamespace(session=spark, starts=1)}))
+    try:
+        return run_job(spark, config, ds, request)
+    finally:
+        exporter.unregister(config, name)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return entry.run("speed", argv, run_job)
+    return entry.run("speed", argv, run_alone)
 
 
 if __name__ == "__main__":

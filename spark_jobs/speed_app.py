@@ -22,7 +22,6 @@ application's pid. SIGTERM stops every query, then the session.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -31,8 +30,6 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 from pyspark.sql import SparkSession
 
 from loglake.core.config import load_config
@@ -109,36 +106,6 @@ class Served:
             files.serving.unlink(missing_ok=True)
 
 
-class StreamsCollector(Collector):
-    """The application's streams as they run (served on ``metrics.speed_port``): each one's
-    query, last micro-batch and restarts. ``running``: dataset → its ``Served`` (or anything
-    with ``session`` and ``starts``)."""
-
-    def __init__(self, running: dict):
-        self.running = running
-
-    def collect(self):
-        active = GaugeMetricFamily("loglake_stream_active", "1 while the dataset's query runs in the speed "
-                                   "application.", labels=["dataset"])
-        batch = GaugeMetricFamily("loglake_stream_batch_id", "The id of the query's last micro-batch.",
-                                  labels=["dataset"])
-        rate = GaugeMetricFamily("loglake_stream_input_records_per_second", "Records per second the last "
-                                 "micro-batch took in (Spark's progress).", labels=["dataset"])
-        starts = CounterMetricFamily("loglake_stream_starts", "Times the dataset's query was started in this "
-                                     "application (restarts after a transient failure included).", labels=["dataset"])
-        for name, served in sorted(dict(self.running).items()):
-            session = served.session
-            queries = list(session.streams.active) if session is not None else []
-            active.add_metric([name], 1.0 if queries else 0.0)
-            starts.add_metric([name], served.starts)
-            last = queries[0].lastProgress if queries else None
-            progress = json.loads(last.json) if hasattr(last, "json") else last
-            if progress:
-                batch.add_metric([name], progress.get("batchId", 0))
-                rate.add_metric([name], progress.get("inputRowsPerSecond") or 0.0)
-        yield from (active, batch, rate, starts)
-
-
 def serve(spark: SparkSession, home: Path, config=None) -> int:
     """Keep the running streams those ``wanted_datasets`` names, until SIGTERM or until nothing
     is wanted and nothing runs; ``config``: serve their metrics (``metrics.speed_port``)."""
@@ -149,7 +116,7 @@ def serve(spark: SparkSession, home: Path, config=None) -> int:
         stale.unlink(missing_ok=True)
     running: dict[str, Served] = {}
     if config is not None:
-        exporter.serve_process(config, "speed", config.profile.metrics.speed_port, StreamsCollector(running))
+        exporter.serve_process(config, "speed", config.profile.metrics.speed_port, speed.StreamsCollector(running))
     while not stopping.is_set():
         # Under the list's lock: `SpeedStream.stop` then either sees a dataset's query marked
         # serving (and waits for it to end) or this reads the list without it.

@@ -686,7 +686,9 @@ class MetricsSettings(_Strict):
     loglake's (0: a free port; null: Airflow's metrics off).
     ``sample_interval``: seconds between the exporter's samples of every dataset's lag (the
     loglake page's charts); ``keep_hours``: how long the samples and events are kept apart (older
-    ones are folded into the counters)."""
+    ones are folded into the counters). ``local_processes``: the exporter reports the processes
+    ``loglake up`` runs on its host (``loglake_process_up``); false where each process is a
+    container of its own, which Prometheus scrapes or finds down (its ``up``)."""
 
     host: str = "127.0.0.1"
     port: int | None = Field(default=9464, ge=0, le=65535)
@@ -695,6 +697,7 @@ class MetricsSettings(_Strict):
     statsd_port: int | None = Field(default=9125, ge=0, le=65535)
     sample_interval: float = Field(default=30.0, ge=1)
     keep_hours: float = Field(default=24.0, gt=0)
+    local_processes: bool = True
     alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @property

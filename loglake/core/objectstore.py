@@ -194,6 +194,23 @@ def write_json(uri: str, value: dict) -> None:
     client(uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
 
 
+def put_text(uri: str, text: str) -> None:
+    """Write ``text`` at ``uri`` whatever is there (an object one writer owns)."""
+    bucket, key = split(uri)
+    client(uri).put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="text/plain")
+
+
+def listing(prefix: str) -> dict[str, str]:
+    """Every object under ``prefix`` (``s3a://bucket/some/dir/``): its URI → its ETag."""
+    bucket, key = split(prefix)
+    scheme = prefix.split("://", 1)[0]
+    out = {}
+    for page in client(prefix).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+        for obj in page.get("Contents", []):
+            out[f"{scheme}://{bucket}/{obj['Key']}"] = obj["ETag"]
+    return out
+
+
 def delete(uri: str) -> None:
     bucket, key = split(uri)
     client(uri).delete_object(Bucket=bucket, Key=key)

@@ -1,7 +1,8 @@
 """The platform's Prometheus exporter: ``loglake up`` runs it (``python -m loglake.local.metrics``).
 
 It serves on ``metrics.host``:``metrics.port`` (``$LOGLAKE_METRICS_PORT``). Every
-``metrics.sample_interval`` seconds it reads every process (``loglake.local.stack.processes``)
+``metrics.sample_interval`` seconds it reads every process (``loglake.local.stack.processes``;
+not with ``metrics.local_processes: false``, as in the compose stack's ``metrics`` service)
 and every dataset's ``loglake.observe.snapshot.dataset`` — the same dictionaries ``loglake
 status --json`` prints — keeps them for the scrapes (``loglake.observe.exporter`` turns them
 into metrics: a scrape costs no Kafka or Delta read, however many datasets), and appends each
@@ -37,7 +38,9 @@ class Sampler(Collector):
     def sample(self) -> None:
         """Read every process and dataset; keep them; append each dataset's lag to its series."""
         t0 = time.monotonic()
-        rows, _cluster, kafka_up = processes(self.config)
+        rows, kafka_up = [], True
+        if self.config.profile.metrics.local_processes:
+            rows, _cluster, kafka_up = processes(self.config)
         found, errors = snapshot.datasets(self.config, kafka_up)
         for name, d in found.items():
             parts = d["partitions"]

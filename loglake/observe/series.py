@@ -9,6 +9,17 @@ line (``base``) by ``compact``, so a counter never goes back and the file stays 
 Appends and the compaction take the file's lock (``fcntl.flock``); a line is written whole in
 one ``write`` (O_APPEND). Recording never raises: a stream or a job must not fail because its
 metrics could not be kept (the failure is said once on stderr).
+
+An ``s3a://`` lake keeps its series on the lake's object store instead, under
+``<lake root>/_loglake_metrics/series/<dataset>/`` — the processes that write them (the speed
+streams, the jobs' drivers, the exporter) run on different hosts and share no filesystem, and an
+object cannot be appended to. So each process writes objects of its own: ``events/<window>-<writer>.jsonl``
+holds that process's events of one ten-minute window and is rewritten whole at each event
+(``WINDOW_SECONDS``; a window's object is small). Compaction folds the events older than the
+cutoff into ``base.json`` (a compare-and-swap on its ETag: of two exporters compacting at once,
+one wins and the other does nothing) and then deletes the windows wholly before it; readers
+count an event only when it is not older than the base's cutoff, so an object folded but not
+yet deleted is never counted twice.
 """
 
 from __future__ import annotations
@@ -17,22 +28,34 @@ import fcntl
 import json
 import math
 import os
+import socket
 import sys
+import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from loglake.core import objectstore
 from loglake.core.config import Config
 
 # Upper bounds (seconds) of the duration histograms' buckets (micro-batches, jobs, freshness).
 BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 LAYERS = ("speed", "batch")
+# An object-store series: each process's events of one window are one object.
+WINDOW_SECONDS = 600
 
 _said: set[str] = set()
 
 
 def directory(config: Config) -> Path:
     return config.home / "metrics" / "series"
+
+
+def store_root(config: Config) -> str | None:
+    """Where an ``s3a://`` lake keeps its series (None: under the state directory)."""
+    lake = config.lake_root
+    return f"{lake.rstrip('/')}/_loglake_metrics/series" if objectstore.is_remote(lake) else None
 
 
 def path(config: Config, dataset: str) -> Path:
@@ -54,56 +77,152 @@ def record(config: Config, dataset: str, kind: str, at: float | None = None, **f
     """Append one event (``kind``, the time ``at`` or now, ``fields``) to ``dataset``'s series;
     the event."""
     event = {"t": round(time.time() if at is None else at, 3), "kind": kind, **fields}
-    line = json.dumps(event, separators=(",", ":"), default=str) + "\n"
-    file = path(config, dataset)
+    root = store_root(config)
+    where = f"{root}/{dataset}" if root else str(path(config, dataset))
     try:
-        with _locked(file):
-            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-    except OSError as e:
-        if str(file) not in _said:
-            _said.add(str(file))
-            print(f"loglake: could not keep metrics in {file}: {e}", file=sys.stderr, flush=True)
+        if root:
+            _STORE.record(f"{root}/{dataset}", event)
+        else:
+            _append(path(config, dataset), _line(event))
+    except Exception as e:  # noqa: BLE001 - never the stream's or the job's failure
+        if where not in _said:
+            _said.add(where)
+            print(f"loglake: could not keep metrics in {where}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     return event
+
+
+def _line(event: dict) -> str:
+    return json.dumps(event, separators=(",", ":"), default=str) + "\n"
+
+
+def _append(file: Path, line: str) -> None:
+    with _locked(file):
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def _parse_lines(text: str):
+    for line in text.splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
 
 
 def events(config: Config, dataset: str, since: float | None = None) -> list[dict]:
     """The events of ``dataset``'s series, oldest first (the ``base`` line first when there is
     one, whatever ``since``); a line cut short by a crash is skipped."""
-    out = []
-    try:
-        with open(path(config, dataset)) as f:
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if event.get("kind") == "base" or since is None or event.get("t", 0) >= since:
-                    out.append(event)
-    except FileNotFoundError:
-        pass
-    return out
+    root = store_root(config)
+    if root:
+        base, _etag, every = _STORE.read(f"{root}/{dataset}", since)
+    else:
+        try:
+            every = list(_parse_lines(path(config, dataset).read_text()))
+        except FileNotFoundError:
+            every = []
+        base = next((e for e in every if e.get("kind") == "base"), None)
+        every = [e for e in every if e.get("kind") != "base"]
+    return _with_base(base, [e for e in every if since is None or e.get("t", 0) >= since])
+
+
+def _with_base(base: dict | None, every: list[dict]) -> list[dict]:
+    """The base, then the events it has not folded (an object folded but not yet deleted)."""
+    if base is None:
+        return every
+    return [base] + [e for e in every if e.get("t", 0) >= base["t"]]
 
 
 def compact(config: Config, dataset: str, keep_seconds: float, now: float | None = None) -> int:
     """Fold the events older than ``keep_seconds`` into the base line; returns how many were folded."""
-    file = path(config, dataset)
     cutoff = (time.time() if now is None else now) - keep_seconds
+    root = store_root(config)
+    if root:
+        return _STORE.compact(f"{root}/{dataset}", cutoff)
+    file = path(config, dataset)
     with _locked(file):
         every = events(config, dataset)
-        old = [e for e in every if e.get("kind") != "base" and e.get("t", 0) < cutoff]
+        base, old, kept = _split(every, cutoff)
         if not old:
             return 0
-        base = {"t": cutoff, "kind": "base", "totals": totals(e for e in every if e.get("t", 0) < cutoff
-                                                               or e.get("kind") == "base")}
-        kept = [e for e in every if e.get("kind") != "base" and e.get("t", 0) >= cutoff]
         tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in [base, *kept]))
+        tmp.write_text("".join(_line(e) for e in [base, *kept]))
         tmp.replace(file)
         return len(old)
+
+
+def _split(every: list[dict], cutoff: float) -> tuple[dict, list[dict], list[dict]]:
+    """(the new base at ``cutoff``, the events it folds, the events kept) of a series' events."""
+    old = [e for e in every if e.get("kind") != "base" and e.get("t", 0) < cutoff]
+    kept = [e for e in every if e.get("kind") != "base" and e.get("t", 0) >= cutoff]
+    base = {"t": cutoff, "kind": "base", "totals": totals(e for e in every if e.get("t", 0) < cutoff
+                                                           or e.get("kind") == "base")}
+    return base, old, kept
+
+
+class _ObjectSeries:
+    """The series of an ``s3a://`` lake (the module's docstring): this process's windows it
+    writes, and the objects it has read, by ETag (a sample reads only what changed)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.writer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.windows: dict[str, dict[int, list[dict]]] = {}  # series → window → this process's events
+        self.cache: dict[str, tuple[str, list[dict]]] = {}    # object → (ETag, events)
+
+    @staticmethod
+    def _window_of(uri: str) -> int:
+        return int(uri.rsplit("/", 1)[1].split("-", 1)[0])
+
+    def record(self, series_uri: str, event: dict) -> None:
+        window = int(event["t"] // WINDOW_SECONDS * WINDOW_SECONDS)
+        with self.lock:
+            mine = self.windows.setdefault(series_uri, {})
+            mine.setdefault(window, []).append(event)
+            for old in [w for w in mine if w < window - 6 * WINDOW_SECONDS]:  # never written again
+                del mine[old]
+            text = "".join(_line(e) for e in mine[window])
+            objectstore.put_text(f"{series_uri}/events/{window:010d}-{self.writer}.jsonl", text)
+
+    def read(self, series_uri: str, since: float | None) -> tuple[dict | None, str | None, list[dict]]:
+        """(the base, its ETag, the events of the windows not wholly before ``since``)."""
+        base, etag = objectstore.get_json(f"{series_uri}/base.json")
+        listed = objectstore.listing(f"{series_uri}/events/")
+        every = []
+        with self.lock:
+            for uri in [u for u in self.cache if u.startswith(f"{series_uri}/") and u not in listed]:
+                del self.cache[uri]
+        for uri, tag in sorted(listed.items()):
+            if since is not None and self._window_of(uri) + WINDOW_SECONDS <= since:
+                continue
+            cached = self.cache.get(uri)
+            if cached is None or cached[0] != tag:
+                try:
+                    cached = (tag, list(_parse_lines(objectstore.read_text(uri))))
+                except FileNotFoundError:  # deleted by a compaction since the listing
+                    continue
+                with self.lock:
+                    self.cache[uri] = cached
+            every.extend(cached[1])
+        every.sort(key=lambda e: e.get("t", 0))
+        return base, etag, every
+
+    def compact(self, series_uri: str, cutoff: float) -> int:
+        base, etag, every = self.read(series_uri, None)
+        new_base, old, _kept = _split(_with_base(base, every), cutoff)
+        if not old:
+            return 0
+        if objectstore.put_json(f"{series_uri}/base.json", new_base, etag) is None:
+            return 0  # another exporter compacted first: its base holds these events
+        for uri in objectstore.listing(f"{series_uri}/events/"):
+            if self._window_of(uri) + WINDOW_SECONDS <= cutoff:
+                objectstore.delete(uri)
+        return len(old)
+
+
+_STORE = _ObjectSeries()
 
 
 def empty_histogram() -> dict:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
 from loglake.kafka.admin import end_offsets, group_offsets, log_bounds
 from loglake.local.produce import produce
+from loglake.observe import exporter
 from loglake.testing import caught_up
 from spark_jobs.streaming import run_speed
 
@@ -241,8 +244,16 @@ def test_a_running_stream_that_replayed_a_micro_batch_records_its_position_with_
         wait_for(lambda: caught_up(config, ds, ends), 180, "the stream to record the replayed micro-batch's position",
                  0.5, log=proc)
         assert proc.pid() is not None  # running, not failed
+        # As a compose stack's speed container runs it, it serves its stream's metrics.
+        target = exporter.registered(config)["speed-job_views"]
+        with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as r:
+            served = {(s.name, s.labels.get("dataset")): s.value
+                      for fam in text_string_to_metric_families(r.read().decode()) for s in fam.samples}
+        assert served[("loglake_stream_active", "job_views")] == 1.0
+        assert served[("loglake_stream_starts_total", "job_views")] == 1.0
     finally:
         proc.stop(timeout=10)
+    assert "speed-job_views" not in exporter.registered(config)
     assert_exactly_once(spark, config, ds, res.good, res.bad)
 
 
