@@ -80,9 +80,9 @@ status: setup
 clean-state: down
 	rm -rf .loglake
 
-## compose-up: the docker/ stack (Kafka x3, Spark standalone, Airflow with Celery, the S3 store) built and started
-## on this machine: Docker if missing (setup/docker-deps.sh), secrets and images made if missing, every health
-## check waited for, then where the UI, the brokers, the master and the store answer
+## compose-up: the docker/ stack (Kafka x3, Spark standalone, Airflow with Celery, the S3 store, Prometheus) built
+## and started on this machine: Docker if missing (setup/docker-deps.sh), secrets and images made if missing, every
+## health check waited for, then where the UI, the brokers, the master, the store and Prometheus answer
 compose-up: $(STAMP)
 	bash setup/docker-deps.sh
 	$(PY) docker/stack.py up

@@ -39,6 +39,7 @@ images=(
   "versitygw  loglake-versitygw:1.8.0    docker/Dockerfile.versitygw  -"
   "postgres   loglake-postgres:15        docker/Dockerfile.postgres   -"
   "redis      loglake-redis:7.0          docker/Dockerfile.redis      -"
+  "prometheus loglake-prometheus:2.42     docker/Dockerfile.prometheus -"
   "spark      loglake-spark:0.1.0        docker/Dockerfile.loglake    spark"
   "airflow    loglake-airflow:0.1.0      docker/Dockerfile.loglake    airflow"
 )

@@ -11,8 +11,9 @@
                     loglake's supervisor (restarts with backoff, no restart after a permanent
                     error); SIGTERM from `docker stop` stops it and its spark-submit
   health [ROLE]     exit 0 when this container's service is healthy; ROLE (spark-master,
-                    spark-worker, speed, api-server, scheduler, dag-processor, triggerer,
-                    celery-worker) is found from the running processes when not given
+                    spark-worker, schema-registry, speed, metrics, api-server, scheduler,
+                    dag-processor, triggerer, celery-worker) is found from the running processes
+                    when not given
 
 Configuration comes from the environment, as for any loglake command (LOGLAKE_PROFILE,
 LOGLAKE_CONF, LOGLAKE_HOME and the variables conf/loglake.yaml names); secrets from the files
@@ -177,6 +178,18 @@ def _get(url: str) -> bool:
         return False
 
 
+def _exporter_answers() -> bool:
+    """The platform's exporter (python -m loglake.local.metrics) serves a scrape: from its first
+    sample on, on the profile's metrics.port of every address (the cluster profile's host 0.0.0.0)."""
+    from loglake.core.config import load_config
+    from loglake.observe.exporter import url
+
+    config = load_config()
+    port = config.profile.metrics.platform_port
+    # A free port (0) is found where the exporter listed itself.
+    return _get(f"http://127.0.0.1:{port}/metrics" if port else url(config))
+
+
 def _cmdlines() -> list[str]:
     import psutil
 
@@ -197,6 +210,7 @@ CHECKS = {
     "schema-registry": lambda: _get("http://localhost:8081/apis/ccompat/v7/subjects"),
     # The supervisor lives as long as the container; healthy while its spark-submit runs.
     "speed": lambda: any("org.apache.spark.deploy.SparkSubmit" in c for c in _cmdlines()),
+    "metrics": _exporter_answers,
     "api-server": lambda: _get("http://localhost:8080/api/v2/monitor/health"),
     "scheduler": lambda: _get("http://localhost:8974/health"),
     "dag-processor": lambda: _airflow_job_alive("DagProcessorJob"),
@@ -213,6 +227,7 @@ SIGNS = [
     ("spark-worker", "org.apache.spark.deploy.worker.Worker"),
     ("schema-registry", "quarkus-run.jar"),
     ("speed", "loglake-container.py speed"),
+    ("metrics", "-m loglake.local.metrics"),
     ("api-server", "airflow api-server"),
     ("scheduler", "airflow scheduler"),
     ("dag-processor", "airflow dag-processor"),

@@ -2,7 +2,7 @@
 
     python docker/stack.py up [--timeout S]   secrets and images made if missing, the stack started,
                                               every health check waited for, the endpoints printed
-    python docker/stack.py endpoints          where the UI, the brokers, the master and the store answer
+    python docker/stack.py endpoints          where the UI, the brokers, the master, the store and Prometheus answer
     python docker/stack.py env                `export` lines for `loglake` on this host (profile cluster)
     python docker/stack.py loglake ARGS...    `loglake ARGS` on this host against the stack
     python docker/stack.py token [USER]       an Airflow API token (POST /auth/token, FAB user of airflow_users.json)
@@ -36,6 +36,7 @@ PROJECT = os.environ.get("LOGLAKE_COMPOSE_PROJECT", "loglake")
 PUBLISH = os.environ.get("LOGLAKE_PUBLISH_ADDRESS", "127.0.0.1")
 AIRFLOW_URL = f"http://{PUBLISH}:{os.environ.get('LOGLAKE_AIRFLOW_PORT', '8080')}"
 S3_URL = f"http://{PUBLISH}:{os.environ.get('LOGLAKE_S3_PORT', '7070')}"
+PROMETHEUS_URL = f"http://{PUBLISH}:{os.environ.get('LOGLAKE_PROMETHEUS_PORT', '9090')}"
 HOST_BROKERS = ",".join(f"localhost:{os.environ.get(f'LOGLAKE_KAFKA_{n}_PORT', str(port))}"
                         for n, port in ((1, 19093), (2, 19094), (3, 19095)))
 
@@ -114,6 +115,9 @@ def endpoints() -> str:
                          + "; RPC authenticated (docker/secrets/spark-defaults.conf); its UI is not published"),
         ("S3 (versitygw)", f"{S3_URL}  (bucket {os.environ.get('S3_BUCKET', 'loglake')}; keys: "
                            "docker/secrets/s3_credentials; no console)"),
+        ("Prometheus", f"{PROMETHEUS_URL}  (UI and API, read-only, no login; scrapes loglake's and "
+                       "Airflow's metrics at metrics:9464 and the speed containers'; loglake's alerts: "
+                       f"{PROMETHEUS_URL}/alerts)"),
         ("loglake on this host", "python docker/stack.py loglake status   (or: eval \"$(python docker/stack.py env)\")"),
     ]
     width = max(len(r[0]) for r in rows)

@@ -101,7 +101,7 @@ class Stack:
 @pytest.fixture(scope="session")
 def stack():
     ports = {"LOGLAKE_AIRFLOW_PORT": free_port(), "LOGLAKE_S3_PORT": free_port(),
-             **{f"LOGLAKE_KAFKA_{n}_PORT": free_port() for n in (1, 2, 3)}}
+             "LOGLAKE_PROMETHEUS_PORT": free_port(), **{f"LOGLAKE_KAFKA_{n}_PORT": free_port() for n in (1, 2, 3)}}
     os.environ.update({k: str(v) for k, v in ports.items()})
     os.environ.setdefault("LOGLAKE_COMPOSE_PROJECT", "loglake-test")
     # A scheduled batch run soon after start; maintenance never due (it would expire speed rows

@@ -157,6 +157,103 @@ def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(sta
     assert served.stdout == f"n\n{valid}\n"
 
 
+def prometheus(stack, path: str, **params) -> dict:
+    """Prometheus's HTTP API on its published port (``data`` of a successful answer)."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    with urllib.request.urlopen(f"{stack.m.PROMETHEUS_URL}/api/v1/{path}{query}", timeout=30) as r:
+        body = json.loads(r.read())
+    assert body.get("status") == "success", body
+    return body["data"]
+
+
+def prometheus_query(stack, expr: str) -> list[tuple[dict, float]]:
+    """An instant query: (labels, value) per series."""
+    return [(r["metric"], float(r["value"][1])) for r in prometheus(stack, "query", query=expr)["result"]]
+
+
+def test_prometheus_scrapes_every_target_and_loads_the_rules(stack):
+    """The stack's Prometheus, from the host: every target of docker/prometheus/prometheus.yml up,
+    the rules of loglake-alerts.yml loaded, and what it scraped saying what `loglake status`
+    says (the log end), the speed containers' streams running and Airflow's StatsD arriving
+    through the metrics service. After the produce test: records and a batch run exist, and
+    nothing is produced meanwhile."""
+    import json
+
+    import yaml
+
+    from tests.compose.conftest import REPO
+
+    started = time.monotonic()
+    seen: dict = {}
+
+    def waited(predicate, what: str, timeout: float = 120):
+        try:
+            return wait_for(predicate, timeout, what, interval=3)
+        except ProcessError as e:
+            raise AssertionError(f"{e} (last seen: {seen.get(what)})") from None
+
+    wanted = {"metrics:9464", "speed-job-views:9465", "speed-company-ceos:9465"}
+
+    def targets_up():
+        active = prometheus(stack, "targets")["activeTargets"]
+        seen["every target up"] = {t["labels"]["instance"]: (t["health"], t["lastError"]) for t in active}
+        return wanted <= seen["every target up"].keys() and all(t["health"] == "up" for t in active)
+
+    waited(targets_up, "every target up")
+    stack.record("prometheus_targets_up_seconds", round(time.monotonic() - started, 1))
+    stack.record("prometheus_targets", sorted(seen["every target up"]))
+
+    alerts = yaml.safe_load((REPO / "docker" / "prometheus" / "loglake-alerts.yml").read_text())
+    names = {r["alert"] for g in alerts["groups"] for r in g["rules"]}
+    rules = [r for g in prometheus(stack, "rules")["groups"] for r in g["rules"]]
+    assert {r["name"] for r in rules} == names and len(names) == 8, sorted(r["name"] for r in rules)
+    assert not [r for r in rules if r.get("health") == "err"], [(r["name"], r.get("lastError")) for r in rules]
+
+    # The exporter samples every metrics.sample_interval (30 s) and Prometheus scrapes every
+    # 15 s: the log end a scrape says reaches what `loglake status` reads now.
+    r = stack.loglake("status", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    status = json.loads(r.stdout)["datasets"]["job_views"]
+    end = sum(p["end"] for p in status["partitions"])
+
+    def log_end_agrees():
+        got = prometheus_query(stack, 'sum(loglake_log_end_offset{dataset="job_views"})')
+        seen["the log end scraped"] = got
+        return got and got[0][1] == end
+
+    waited(log_end_agrees, "the log end scraped")
+    stack.record("prometheus_log_end_job_views", end)
+
+    active = prometheus_query(stack, 'loglake_stream_active{dataset="job_views"}')
+    assert [(labels["instance"], v) for labels, v in active] == [("speed-job-views:9465", 1.0)], active
+    # The counters the speed containers and the Airflow workers' jobs wrote to the series on the
+    # object store, folded by the metrics service: as `status --json` (on this host) folds them.
+    counted = status["totals"]["records"]
+    assert counted["speed"] > 0 and counted["batch"] > 0, counted
+
+    def records_agree():
+        got = {layer: prometheus_query(stack, f'loglake_records_total{{dataset="job_views",layer="{layer}"}}')
+               for layer in ("speed", "batch")}
+        seen["the records counted"] = got
+        return all(len(v) == 1 and v[0][1] == counted[layer] for layer, v in got.items())
+
+    waited(records_agree, "the records counted")
+    stack.record("prometheus_records_job_views", counted)
+
+    def airflow_metrics():
+        got = prometheus_query(stack, 'airflow_scheduler_heartbeat_total{loglake_process="metrics"}')
+        seen["Airflow's StatsD scraped"] = got
+        return got and got[0][1] > 0
+
+    waited(airflow_metrics, "Airflow's StatsD scraped")
+    names = prometheus_query(stack, 'count by (__name__) ({__name__=~"airflow_.+"})')
+    stack.record("prometheus_airflow_metric_names", len(names))
+
+
 def test_the_partition_leader_killed_during_ingest(stack):
     from confluent_kafka.admin import AdminClient
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import re
 import shlex
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -42,9 +43,11 @@ NOT_IN_IMAGES = {"loglake.local.objectstore": "builds versitygw for the tests: t
 SECRET_KEY = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|JAAS|CREDENTIALS|FERNET|(^|_)KEY($|_)|_CONN$|_URL$")
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # What the host needs, published on LOGLAKE_PUBLISH_ADDRESS: the UI and API, the brokers'
-# EXTERNAL listeners, the S3 API (`loglake` on the host).
+# EXTERNAL listeners, the S3 API (`loglake` on the host), and Prometheus's UI and API (the
+# metrics and alerts of the stack, read-only: no admin API, no lifecycle endpoints).
 PUBLISHED = {"airflow-api-server": {"8080"}, "kafka-1": {"19093"}, "kafka-2": {"19094"}, "kafka-3": {"19095"},
-             "s3": {"7070"}}
+             "s3": {"7070"}, "prometheus": {"9090"}}
+PROMETHEUS_DOCKERFILE = "Dockerfile.prometheus"
 
 
 # --- reading the files ---------------------------------------------------------------------
@@ -678,6 +681,110 @@ def test_backfill_form_offers_the_configured_datasets():
         value = environment(svc).get("LOGLAKE_DATASETS")
         if value is not None:
             assert set(value.split(",")) == configured, f"docker/compose.yaml: service {name}: LOGLAKE_DATASETS"
+
+
+# --- metrics: what Prometheus scrapes is what the services serve ----------------------------
+
+def metrics_served(svc: dict) -> tuple[int, str | None] | None:
+    """(port, the name it lists itself by: its ``loglake_process``) a service serves Prometheus
+    metrics on: the platform's exporter (metrics) and the speed streams (speed-<dataset>) on the
+    cluster profile's metrics.port and metrics.speed_port, Prometheus (no name) on its
+    --web.listen-address; None for the others."""
+    metrics = cluster_profile().get("metrics") or {}
+    cmd = command(svc)
+    if cmd[1:3] == ["-m", "loglake.local.metrics"]:
+        return metrics.get("port"), "metrics"
+    if cmd[-2:-1] == ["speed"]:
+        return metrics.get("speed_port"), f"speed-{cmd[-1]}"
+    built = build_of(svc)
+    if built and built[0] == PROMETHEUS_DOCKERFILE:
+        listen = [a for a in prometheus_cmd(svc) if a.startswith("--web.listen-address=")]
+        return (int(listen[-1].rsplit(":", 1)[1]) if listen else 9090), None
+    return None
+
+
+def prometheus_cmd(svc: dict) -> list[str]:
+    """What the Prometheus container runs: compose's command, else the image's CMD."""
+    if svc.get("command"):
+        return command(svc)
+    return json.loads(instructions(PROMETHEUS_DOCKERFILE, "CMD")[-1].args)
+
+
+def copied_into_image(name: str) -> dict[str, str]:
+    """path in the image -> the repo path a COPY of docker/<name> puts there (files only)."""
+    out = {}
+    for ins in instructions(name, "COPY"):
+        if "--from" in ins.args:
+            continue
+        *sources, dest = [p for p in shlex.split(ins.args) if not p.startswith("--")]
+        for src in sources:
+            into_dir = dest.endswith("/") or len(sources) > 1
+            out[str(PurePosixPath(dest) / Path(src).name) if into_dir else dest] = src
+    return out
+
+
+def test_prometheus_scrapes_what_the_services_serve_with_the_rules_it_is_given():
+    """Every target of docker/prometheus/prometheus.yml is a compose service on the port it
+    serves metrics on (for loglake's, the cluster profile's) and labelled with the name it lists
+    itself by (LoglakeTargetDown reads `loglake_process`), every service that serves loglake's
+    metrics is a target, the services listen on every address, and `rule_files` names the alert
+    rules the image copies next to the configuration its CMD loads."""
+    config = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
+    proms = {n: s for n, s in services().items() if (build_of(s) or ("",))[0] == PROMETHEUS_DOCKERFILE}
+    assert len(proms) == 1, f"docker/compose.yaml: {len(proms)} services built from docker/{PROMETHEUS_DOCKERFILE}"
+    (pname, prom), = proms.items()
+    scraped = set()
+    for job in config["scrape_configs"]:
+        assert set(job) <= {"job_name", "static_configs", "scrape_interval", "scrape_timeout", "metrics_path"}, (
+            f"docker/prometheus/prometheus.yml: job {job['job_name']}: static targets only (the services' names)")
+        for group in job["static_configs"]:
+            for target in group["targets"]:
+                host, _, port = target.rpartition(":")
+                where = f"docker/prometheus/prometheus.yml: job {job['job_name']}, target {target}"
+                assert host in services(), f"{where}: no compose service {host}"
+                assert services()[host].get("hostname") == host, f"{where}: service {host} has another hostname"
+                served = metrics_served(services()[host])
+                assert served is not None, f"{where}: service {host} serves no metrics"
+                assert int(port) == served[0], f"{where}: service {host} serves its metrics on {served[0]}"
+                assert (group.get("labels") or {}).get("loglake_process") == served[1], (
+                    f"{where}: label loglake_process {served[1]!r}, the name it lists itself by")
+                scraped.add(host)
+    loglake = {n for n, s in long_running().items() if n != pname and metrics_served(s) is not None}
+    assert loglake and loglake <= scraped, f"docker/prometheus/prometheus.yml: {sorted(loglake - scraped)} not scraped"
+    assert cluster_profile()["metrics"]["host"] == "0.0.0.0", (
+        "conf/loglake.yaml profiles.cluster.metrics.host: 0.0.0.0, or Prometheus's container cannot reach them")
+
+    copied = copied_into_image(PROMETHEUS_DOCKERFILE)
+    loads = [a.partition("=")[2] for a in prometheus_cmd(prom) if a.startswith("--config.file=")]
+    assert loads and copied.get(loads[-1]) == "docker/prometheus/prometheus.yml", (
+        f"docker/{PROMETHEUS_DOCKERFILE}: the CMD's --config.file is not the copy of docker/prometheus/prometheus.yml")
+    rules = [str(PurePosixPath(loads[-1]).parent / r) for r in config.get("rule_files") or []]
+    assert rules and all(r in copied for r in rules), (
+        f"docker/prometheus/prometheus.yml: rule_files {config.get('rule_files')} (in the image: {rules}) are not "
+        f"among what docker/{PROMETHEUS_DOCKERFILE} copies: {sorted(copied)}")
+    assert "docker/prometheus/loglake-alerts.yml" in {copied[r] for r in rules}
+    # Its TSDB on the service's own volume (test_no_aws_service_and_no_volume_shared_between_services).
+    tsdb = [a.partition("=")[2] for a in prometheus_cmd(prom) if a.startswith("--storage.tsdb.path=")]
+    mounts = {str(v).split(":")[1] for v in prom.get("volumes") or []}
+    assert tsdb and tsdb[-1] in mounts, f"docker/compose.yaml: service {pname}: no volume at its TSDB {tsdb}"
+
+
+def test_airflow_sends_its_statsd_to_the_metrics_service():
+    """Airflow's StatsD goes to the service that runs the platform's exporter, on the cluster
+    profile's metrics.statsd_port, and Airflow starts after it (its client resolves the name once)."""
+    exporters = [n for n, s in long_running().items() if command(s)[1:3] == ["-m", "loglake.local.metrics"]]
+    assert len(exporters) == 1, f"docker/compose.yaml: {len(exporters)} services run python -m loglake.local.metrics"
+    statsd_port = cluster_profile()["metrics"]["statsd_port"]
+    for name, svc in services().items():
+        if build_of(svc) != (LOGLAKE_DOCKERFILE, "airflow"):
+            continue
+        env = environment(svc)
+        assert env.get("AIRFLOW__METRICS__STATSD_ON") == "True", f"docker/compose.yaml: service {name}: StatsD off"
+        assert (env.get("AIRFLOW__METRICS__STATSD_HOST"), env.get("AIRFLOW__METRICS__STATSD_PORT")) == (
+            exporters[0], str(statsd_port)), f"docker/compose.yaml: service {name}: StatsD not to {exporters[0]}:{statsd_port}"
+        if not one_shot(svc):
+            assert exporters[0] in (svc.get("depends_on") or {}), (
+                f"docker/compose.yaml: service {name}: starts before {exporters[0]} (its StatsD name would not resolve)")
 
 
 # --- the lake: an object store, no AWS, no shared volume ------------------------------------
