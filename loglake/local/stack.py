@@ -14,10 +14,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
-
 from loglake.core.config import Config
-from loglake.core.errors import ConfigError, LoglakeError
+from loglake.core.errors import ConfigError
 from loglake.core.processes import Managed, state_label
 from loglake.core.retrying import retry_transient
 from loglake.jobs import shared_app
@@ -29,8 +27,8 @@ from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, passwo
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
 from loglake.local.schema_registry import EmbeddedRegistry
-from loglake.observe import exporter, snapshot
-from loglake.ops.status import dataset_status, format_status
+from loglake.observe import exporter, series, snapshot
+from loglake.ops.status import counted_text, dataset_status, format_status
 from loglake.schemaregistry import status_line
 from loglake.speed.streams import forget, orphans, streams
 
@@ -230,6 +228,7 @@ class ProcessState:
     running: bool
     detail: str = ""          # printed after the state
     label: str | None = None  # printed instead of ``running (pid N)``/``stopped``
+    cluster: bool = False     # the local cluster's: its own status lines say it in the text
 
     def line(self) -> str:
         return f"  {self.name:<22} {self.label or state_label(self.pid)}{'  ' + self.detail if self.detail else ''}"
@@ -247,7 +246,7 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
         nodes = [(f"kafka-node-{n.node_id}", n.pid) for n in cluster.kafka_nodes()]
         kafka_up = any(pid for _name, pid in nodes)
         spark = [("spark-master", cluster.master().pid())] + [(f"spark-{w.name}", w.pid()) for w in cluster.workers()]
-        rows += [ProcessState(name, pid, pid is not None) for name, pid in nodes + spark]
+        rows += [ProcessState(name, pid, pid is not None, cluster=True) for name, pid in nodes + spark]
     elif config.kafka.embedded:
         pid = broker(config).pid
         kafka_up = pid is not None
@@ -294,9 +293,8 @@ def status(config: Config, as_json: bool = False) -> int:
     print("processes:")
     if cluster_lines is not None:
         print("\n".join("  " + line.strip() for line in cluster_lines[1]))
-    cluster_names = {r.name for r in rows if r.name.startswith(("kafka-node-", "spark-"))} - {"spark-jobs"}
     for r in rows:
-        if r.name not in cluster_names:
+        if not r.cluster:
             print(r.line())
     line = registry_line(config)
     if line is not None:
@@ -305,14 +303,9 @@ def status(config: Config, as_json: bool = False) -> int:
         print(f"metrics: {exporter.url(config)}")
 
     print("datasets (per partition: log end, speed position and lag, batch watermark):")
+    found, errors = snapshot.datasets(config, kafka_up, read=_dataset_lines)
     for ds in config.datasets.values():
-        if not kafka_up:
-            print(f"{ds.name} ({ds.topic}): kafka is not running")
-            continue
-        try:
-            print("\n".join(_dataset_lines(config, ds)))
-        except (LoglakeError, KafkaException) as e:
-            print(f"{ds.name} ({ds.topic}): {e}")
+        print("\n".join(found[ds.name]) if ds.name in found else f"{ds.name} ({ds.topic}): {errors[ds.name]}")
     # Loaded without the schema check (status must show everything): a refused change is said here.
 
     for ds in config.datasets.values():
@@ -331,7 +324,8 @@ def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
     "loading") for a few seconds: transient, so retried with backoff, like commits are.
     """
 
-    return retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
-                           seconds=timeout)
+    lines = retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
+                            seconds=timeout)
+    return lines + [f"  counted: {counted_text(series.totals(series.events(config, ds.name)))}"]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime, timezone
+from typing import Callable, TypeVar
 
 from confluent_kafka import KafkaException
 
@@ -21,6 +22,8 @@ from loglake.kafka.admin import list_topics
 from loglake.observe import series
 from loglake.ops.status import dataset_status
 
+T = TypeVar("T")
+
 
 def dataset(config: Config, ds: Dataset, now: float | None = None, timeout: float = 15.0) -> dict:
     """``ds``'s status (``DatasetStatus.to_dict``) and its series' ``totals``; Kafka's "not yet"
@@ -29,9 +32,12 @@ def dataset(config: Config, ds: Dataset, now: float | None = None, timeout: floa
     return {**st.to_dict(), "totals": series.totals(series.events(config, ds.name))}
 
 
-def datasets(config: Config, kafka_up: bool = True) -> tuple[dict[str, dict], dict[str, str]]:
-    """Every dataset's ``dataset``, and why each of the others could not be read (its topic
-    does not exist yet: said at once, not retried)."""
+def datasets(config: Config, kafka_up: bool = True, read: Callable[[Config, Dataset], T] | None = None,
+             ) -> tuple[dict[str, T], dict[str, str]]:
+    """Every dataset's ``dataset`` (or ``read(config, ds)``: the text ``loglake status``'s
+    lines), and why each of the others could not be read (Kafka does not run or answer, or its
+    topic does not exist yet: said at once, not retried)."""
+    read = read or dataset
     out, errors = {}, {}
     try:
         topics = list_topics(config) if kafka_up else {}
@@ -44,7 +50,7 @@ def datasets(config: Config, kafka_up: bool = True) -> tuple[dict[str, dict], di
             errors[ds.name] = f"topic {ds.topic} does not exist yet"
         else:
             try:
-                out[ds.name] = dataset(config, ds)
+                out[ds.name] = read(config, ds)
             except (LoglakeError, KafkaException) as e:
                 errors[ds.name] = str(e)
     return out, errors

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import describe_holder
@@ -218,6 +219,23 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
         lines.append(f"  schema: {schema_text(st.schema)}")
     lines += [f"  accepted loss: {lost_text(r)}" for r in st.lost]
     return lines
+
+
+def counted_text(totals: dict) -> str:
+    """The metrics' counters (``loglake.observe.series.totals``) in one line."""
+    parts = []
+    for layer in ("speed", "batch"):
+        reasons = totals["quarantined"][layer]
+        detail = f" ({', '.join(f'{r} {n:,}' for r, n in sorted(reasons.items()))})" if reasons else ""
+        parts.append(f"{layer} {totals['records'][layer]:,} records + {sum(reasons.values()):,} quarantined{detail}")
+    parts.append(f"{totals['micro_batches']:,} micro-batches")
+    jobs = ", ".join(f"{job} {j['runs']}" + (f" ({j['failed']} failed)" if j["failed"] else "")
+                     for job, j in sorted(totals["jobs"].items()))
+    parts.append(f"job runs: {jobs or 'none'}")
+    if totals.get("last_publish"):
+        published = datetime.fromtimestamp(totals["last_publish"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        parts.append(f"last publish {published}")
+    return "; ".join(parts)
 
 
 def schema_text(schema: dict) -> str:

@@ -182,3 +182,27 @@ def lineage(config, ds, plan, wrote, events_file) -> None:
     assert checked["name"] == config.table_path(ds, "batch")
     assert all(a["success"] for a in checked["inputFacets"]["dataQualityAssertions"]["assertions"])
     assert gate_done["run"]["facets"]["loglake_run"]["summary"]["published"] is True
+
+
+def test_text_status_says_at_once_a_topic_is_missing_and_shows_the_counters(make_config, capsys, caplog):
+    # The text `loglake status` reads its datasets as --json and the exporter do
+    # (snapshot.datasets): a topic that does not exist yet is said, not retried for 15 s as a
+    # transient Kafka error; and it prints the series' counters.
+    import logging
+
+    from loglake.local.stack import status
+    from loglake.observe import series
+
+    config = make_config()
+    produce(config, config.dataset("job_views"), 30, seed=5, progress=False)  # company_ceos: no topic
+    series.record(config, "job_views", "micro_batch", records=27, quarantined={"bad_json": 3}, seconds=0.5)
+    series.record(config, "job_views", "job", job="batch", run_id="r1", ok=True, seconds=4.0, records=27,
+                  quarantined={"bad_json": 3}, published=True)
+    with caplog.at_level(logging.INFO, logger="loglake.retry"):
+        status(config)
+    out = capsys.readouterr().out
+    ceos = config.dataset("company_ceos")
+    assert f"company_ceos ({ceos.topic}): topic {ceos.topic} does not exist yet" in out
+    assert not [r for r in caplog.records if "company_ceos" in r.getMessage()]  # not retried
+    assert ("  counted: speed 27 records + 3 quarantined (bad_json 3); batch 27 records + 3 quarantined "
+            "(bad_json 3); 1 micro-batches; job runs: batch 1; last publish ") in out
