@@ -109,6 +109,21 @@ def ensure_bucket(config) -> None:
             print(f"init: bucket {bucket} made")
 
 
+def _json_after_logs(out: str) -> list:
+    """The JSON list an Airflow command printed (``--output json``) after any log lines it printed
+    before it on the same stream (they may hold a "[" too)."""
+    import json
+
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("["):
+            try:
+                return json.loads("\n".join(lines[i:]))
+            except ValueError:
+                continue
+    return []
+
+
 def airflow_init() -> int:
     """``airflow db migrate``, then each user of airflow_users.json that does not exist yet."""
     import json
@@ -117,7 +132,7 @@ def airflow_init() -> int:
     users = json.loads(_secret("airflow_users"))
     listed = subprocess.run(["airflow", "users", "list", "--output", "json"], check=True, capture_output=True,
                             text=True).stdout
-    have = {u["username"] for u in json.loads(listed[listed.index("["):] if "[" in listed else "[]")}
+    have = {u["username"] for u in _json_after_logs(listed)}
     for name, spec in users.items():
         if name in have:
             continue
