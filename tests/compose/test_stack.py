@@ -215,9 +215,11 @@ def test_prometheus_scrapes_every_target_and_loads_the_rules(stack):
 
     # The exporter samples every metrics.sample_interval (30 s) and Prometheus scrapes every
     # 15 s: the log end a scrape says reaches what `loglake status` reads now.
+    # (Exit 1 on the host: the processes it lists are this host's, and none runs here.)
     r = stack.loglake("status", "--json")
-    assert r.returncode == 0, r.stdout + r.stderr
-    status = json.loads(r.stdout)["datasets"]["job_views"]
+    snap = json.loads(r.stdout)
+    assert "job_views" not in snap["errors"], snap["errors"]
+    status = snap["datasets"]["job_views"]
     end = sum(p["end"] for p in status["partitions"])
 
     def log_end_agrees():
