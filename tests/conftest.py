@@ -118,6 +118,23 @@ def s3_gateway(tmp_path_factory):
 
 
 @pytest.fixture
+def s3_lake(tmp_path, s3_gateway) -> dict:
+    """A profile's ``lake`` section on a bucket of its own of the suite's store (``make_config(lake=s3_lake)``)."""
+    import uuid
+
+    bucket = f"lake-{uuid.uuid4().hex[:8]}"
+    s3_gateway.create_bucket(bucket)
+    store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
+    return {"root": f"s3a://{bucket}/lake", "checkpoints": f"s3a://{bucket}/checkpoints", "object_store": store}
+
+
+@pytest.fixture
+def store_config(tmp_path, s3_lake) -> Config:
+    """A config with no broker whose lake is ``s3_lake`` (the leases, the metrics' series)."""
+    return testing.make_config(tmp_path, testing.NO_BROKER, lake=s3_lake)
+
+
+@pytest.fixture
 def make_config(tmp_path, kafka_bootstrap):
     """Build a per-test Config (own conf dir, topics, state dir); kwargs go to write_conf."""
     def make(**kwargs) -> Config:

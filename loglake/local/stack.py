@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from loglake.core.config import Config
 from loglake.core.errors import ConfigError
 from loglake.core.processes import Managed, state_label
-from loglake.core.retrying import retry_transient
 from loglake.jobs import shared_app
 from loglake.jobs.launch import job_env, start_shared_application
 from loglake.kafka.admin import ensure_topic, list_topics
@@ -27,8 +26,8 @@ from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, passwo
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
 from loglake.local.schema_registry import EmbeddedRegistry
-from loglake.observe import exporter, series, snapshot
-from loglake.ops.status import counted_text, dataset_status, format_status
+from loglake.observe import exporter, snapshot
+from loglake.ops.status import counted_text, format_status
 from loglake.schemaregistry import status_line
 from loglake.speed.streams import forget, orphans, streams
 
@@ -317,15 +316,10 @@ def status(config: Config, as_json: bool = False) -> int:
     return 0 if ok else 1
 
 
-def _dataset_lines(config: Config, ds, timeout: float = 15.0) -> list[str]:
-    """``format_status`` lines of ``ds``, retried while Kafka says "not yet".
-
-    Right after a broker starts, reading committed offsets answers NOT_COORDINATOR (or
-    "loading") for a few seconds: transient, so retried with backoff, like commits are.
-    """
-
-    lines = retry_transient(lambda: format_status(ds, dataset_status(config, ds)), what=f"status of {ds.name}",
-                            seconds=timeout)
-    return lines + [f"  counted: {counted_text(series.totals(series.events(config, ds.name)))}"]
+def _dataset_lines(config: Config, ds) -> list[str]:
+    """``format_status`` lines of ``ds`` (read as ``--json`` reads it, ``snapshot.read``) and its
+    counters."""
+    st, totals = snapshot.read(config, ds)
+    return format_status(ds, st) + [f"  counted: {counted_text(totals)}"]
 
 

@@ -100,8 +100,8 @@ class JobLineage:
         self.config, self.job, self.ds, self.loglake_run = config, job, ds, run_id
         self.ranges = [r for r in ranges if r.size]
         # A rebuild of one layer writes that layer's table (and its quarantine rows).
-        self.writes = WRITES[job] if layer is None else tuple(
-            x for x in (layer, "quarantine") if x in WRITES[job] and (layer != "latest" or x == "latest"))
+        wrote = (layer,) if layer == "latest" else (layer, "quarantine")
+        self.writes = WRITES[job] if layer is None else tuple(x for x in wrote if x in WRITES[job])
         self.client = OpenLineageClient(config={"transport": dict(settings.transport)})
         self.namespace = settings.namespace
         self.run_id = str(generate_new_uuid())

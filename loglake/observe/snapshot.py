@@ -1,8 +1,8 @@
 """``loglake status --json`` and what the exporter's metrics are made of: one function each.
 
-``dataset(config, ds)`` is a dataset's state (``loglake.ops.status.dataset_status``, the
-same object ``loglake status`` prints) with the totals of its time series
-(``loglake.observe.series``); ``platform`` adds every process. The exporter turns exactly
+``read(config, ds)`` is a dataset's state (``loglake.ops.status.dataset_status``, the
+object the text ``loglake status`` prints) and the totals of its time series
+(``loglake.observe.series``); ``dataset`` makes them one dictionary; ``platform`` adds every process. The exporter turns exactly
 these dictionaries into metrics (``loglake.observe.exporter``, from its last sample), so a
 scrape and ``status --json`` of the same state say the same numbers.
 """
@@ -20,16 +20,22 @@ from loglake.core.errors import LoglakeError
 from loglake.core.retrying import retry_transient
 from loglake.kafka.admin import list_topics
 from loglake.observe import series
-from loglake.ops.status import dataset_status
+from loglake.ops.status import DatasetStatus, dataset_status
 
 T = TypeVar("T")
 
 
-def dataset(config: Config, ds: Dataset, now: float | None = None, timeout: float = 15.0) -> dict:
-    """``ds``'s status (``DatasetStatus.to_dict``) and its series' ``totals``; Kafka's "not yet"
-    answers right after a broker start are retried for ``timeout`` seconds."""
+def read(config: Config, ds: Dataset, now: float | None = None, timeout: float = 15.0) -> tuple[DatasetStatus, dict]:
+    """``ds``'s status (``loglake.ops.status.dataset_status``) and its series' ``totals``; Kafka's
+    "not yet" answers right after a broker start are retried for ``timeout`` seconds."""
     st = retry_transient(lambda: dataset_status(config, ds, now), what=f"status of {ds.name}", seconds=timeout)
-    return {**st.to_dict(), "totals": series.totals(series.events(config, ds.name))}
+    return st, series.totals(series.events(config, ds.name))
+
+
+def dataset(config: Config, ds: Dataset, now: float | None = None) -> dict:
+    """``read`` as one dictionary: ``DatasetStatus.to_dict`` with the ``totals``."""
+    st, totals = read(config, ds, now)
+    return {**st.to_dict(), "totals": totals}
 
 
 def datasets(config: Config, kafka_up: bool = True, read: Callable[[Config, Dataset], T] | None = None,

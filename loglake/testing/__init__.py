@@ -10,6 +10,7 @@ the benchmarks (bench/) and the soak scenarios (soak/) share.
 - ``commands``: the ``loglake`` command on a config, as an operator types it; a writer lease
   held by another process
 - ``workload``: sample data, the ``bench_events`` stream
+- ``series``: the metrics' series written by several processes at once
 - ``machine``: what figures were measured on
 """
 

@@ -6,8 +6,6 @@ every table is one commit file, and the leases are objects beside the tables."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from loglake.core import objectstore
@@ -23,10 +21,7 @@ NOISE = ["WARN ", "Stage ", "Traceback", "Using incubator modules"]
 
 
 def _commit_versions(config, path: str) -> list[int]:
-    bucket, key = objectstore.split(path)
-    pages = objectstore.client(path).get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                               Prefix=f"{key}/_delta_log/")
-    names = [o["Key"].rsplit("/", 1)[1] for page in pages for o in page.get("Contents", [])]
+    names = [uri.rsplit("/", 1)[1] for uri in objectstore.listing(f"{path}/_delta_log/")]
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
@@ -34,12 +29,8 @@ def _commit_versions(config, path: str) -> list[int]:
 # test_object_store_commits, the leases on the store in test_object_store_leases, the same commands on
 # a filesystem lake in test_cli; the whole stack on the store in make test-compose.
 @pytest.mark.long
-def test_speed_batch_audit_and_serving_on_an_s3_lake(make_config, s3_gateway, tmp_path):
-    bucket = f"lake-{uuid.uuid4().hex[:8]}"
-    s3_gateway.create_bucket(bucket)
-    store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
-    config = make_config(lake={"root": f"s3a://{bucket}/lake", "checkpoints": f"s3a://{bucket}/checkpoints",
-                               "object_store": store})
+def test_speed_batch_audit_and_serving_on_an_s3_lake(make_config, s3_lake):
+    config = make_config(lake=s3_lake)
     ds = config.dataset("job_views")
     produce(config, ds, 300, bad_fraction=0.1, seed=11)
     ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}

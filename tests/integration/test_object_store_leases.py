@@ -6,22 +6,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 
 import pytest
 
 from loglake.core import objectstore
 from loglake.core.errors import StreamRunningError, WriterBusyError
 from loglake.ledger import leases, snapshots
-from loglake.testing import hold_writer_lease, make_config
-
-@pytest.fixture
-def store_config(tmp_path, s3_gateway):
-    bucket = f"lake-{uuid.uuid4().hex[:8]}"
-    s3_gateway.create_bucket(bucket)
-    store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
-    return make_config(tmp_path, "localhost:9", lake={
-        "root": f"s3a://{bucket}/lake", "checkpoints": f"s3a://{bucket}/checkpoints", "object_store": store})
+from loglake.testing import hold_writer_lease
 
 
 def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(store_config):

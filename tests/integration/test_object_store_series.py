@@ -4,33 +4,11 @@ the jobs' drivers, the exporter — share no filesystem on separate hosts."""
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-import uuid
-from pathlib import Path
-
-import pytest
 
 from loglake.core import objectstore
-from loglake.core.config import load_config
 from loglake.observe import series
-from loglake.testing import make_config
-
-
-@pytest.fixture
-def store_config(tmp_path, s3_gateway):
-    bucket = f"lake-{uuid.uuid4().hex[:8]}"
-    s3_gateway.create_bucket(bucket)
-    store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
-    return make_config(tmp_path, "localhost:9", lake={
-        "root": f"s3a://{bucket}/lake", "checkpoints": f"s3a://{bucket}/checkpoints", "object_store": store})
-
-
-def _append(root: str, n: int, worker: int) -> None:
-    config = load_config(Path(root) / "conf", home=Path(root) / "state")
-    for i in range(n):
-        series.record(config, "job_views", "micro_batch", batch=worker * 10_000 + i, records=3,
-                      quarantined={"bad_json": 1}, seconds=0.7)
+from loglake.testing.series import micro_batches_from_processes
 
 
 def _objects(config) -> list[str]:
@@ -40,13 +18,7 @@ def _objects(config) -> list[str]:
 def test_processes_each_write_their_own_objects_and_every_event_is_read(store_config, tmp_path):
     config = store_config
     assert series.store_root(config) == f"{config.lake_root}/_loglake_metrics/series"
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_append, args=(str(tmp_path), 60, w)) for w in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    micro_batches_from_processes(tmp_path, "job_views", processes=3, each=60)
     assert not series.path(config, "job_views").exists()  # nothing under the state directory
     objects = _objects(config)
     writers = {uri.rsplit("/", 1)[1].split("-", 1)[1] for uri in objects}

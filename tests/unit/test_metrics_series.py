@@ -3,8 +3,6 @@ the fold of old events into the counters, and the exposition the exporter makes 
 
 from __future__ import annotations
 
-import multiprocessing
-
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -12,29 +10,16 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from loglake.core.config import load_config
 from loglake.observe import exporter, series
 from loglake.testing import write_conf
+from loglake.testing.series import micro_batches_from_processes
 
 
 def _config(tmp_path):
     return load_config(write_conf(tmp_path, "localhost:9"), home=tmp_path / "state")
 
 
-def _append(root: str, n: int, worker: int) -> None:
-    from pathlib import Path
-    config = load_config(Path(root) / "conf", home=Path(root) / "state")
-    for i in range(n):
-        series.record(config, "job_views", "micro_batch", batch=worker * 10_000 + i, records=3,
-                      quarantined={"bad_json": 1}, seconds=0.7, pad="x" * 300)
-
-
 def test_appends_from_many_processes_are_each_kept_whole(tmp_path):
     config = _config(tmp_path)
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_append, args=(str(tmp_path), 200, w)) for w in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    micro_batches_from_processes(tmp_path, "job_views", processes=4, each=200, pad=300)
     evts = series.events(config, "job_views")
     assert len(evts) == 800 and len({e["batch"] for e in evts}) == 800
     t = series.totals(evts)
