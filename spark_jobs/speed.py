@@ -99,8 +99,8 @@ class StreamsCollector(Collector):
         self.running = running
 
     def collect(self):
-        active = GaugeMetricFamily("loglake_stream_active", "1 while the dataset's query runs in the speed "
-                                   "application.", labels=["dataset"])
+        active = GaugeMetricFamily("loglake_stream_active", "1 while the dataset's query runs in this driver.",
+                                   labels=["dataset"])
         batch = GaugeMetricFamily("loglake_stream_batch_id", "The id of the query's last micro-batch.",
                                   labels=["dataset"])
         rate = GaugeMetricFamily("loglake_stream_input_records_per_second", "Records per second the last "
