@@ -7,9 +7,10 @@ STAMP := $(VENV)/.loglake-installed
 LOGLAKE := $(VENV)/bin/loglake
 
 .PHONY: compose-up compose-down images
-.PHONY: setup jars test test-compose test-unit test-integration test-long bench soak demo up down status clean-state docs
+.PHONY: setup setup-test jars test test-compose test-unit test-integration test-long bench soak demo up down status clean-state docs
 
-## setup: system packages (if missing), .venv with pinned packages, jars from Maven Central, the drivers' CDS archive
+## setup: what `make demo` runs on: Java and Maven (if missing), .venv with pinned packages, the broker's and
+## Spark's jars from Maven Central. The rest comes with setup-test or on first use (loglake/local/fetch.py).
 setup: $(STAMP) jars
 
 $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
@@ -21,40 +22,44 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 	touch $@
 
 jars: $(STAMP)
-	$(PY) -m loglake.local.jars
-	$(PY) -m loglake.local.cds
-	$(PY) -m loglake.local.objectstore
+	$(PY) -m loglake.local.jars kafka spark
+
+## setup-test: beside setup's, what only the suite and the benchmarks need, fetched side by side: Chromium,
+## nginx, Prometheus, faketime (Debian), the schema registry and the S3 jars (Maven), versitygw (Go), the
+## drivers' CDS archive
+setup-test: setup
+	$(PY) -m loglake.local.fetch
 
 ## test: the suite in two pytest workers, one test file each at a time (each worker starts its own
 ## broker and Spark session), but the tests marked `long` (make test-long)
-test: setup
+test: setup-test
 	$(PY) -m pytest -n 2 --dist loadfile -m "not long"
 
 ## test-long: the tests marked `long`: the long fault scenarios at CI size (R2, R3, R4, R6, R7, broker
 ## kills, the local cluster's leader and worker kills) and end-to-end runs whose parts make test
 ## covers elsewhere (docs/testing.md), ~15 min
-test-long: setup
+test-long: setup-test
 	$(PY) -m pytest -n 2 --dist loadfile -m long
 
 ## test-compose: the docker/ stack (docker/stack.py) built and started as its own compose project on
 ## free ports, loglake driven across its containers, then faults, each checked exact (tests/compose;
 ## figures in .loglake/test-compose/results.json); needs Docker (setup/docker-deps.sh); ~40 min
-test-compose: setup
+test-compose: setup-test
 	bash setup/docker-deps.sh
 	LOGLAKE_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -v -x --timeout 3600
 
-test-unit: setup
+test-unit: setup-test
 	$(PY) -m pytest tests/unit
 
-test-integration: setup
+test-integration: setup-test
 	$(PY) -m pytest tests/integration
 
 ## bench: every benchmark beside its reference (bench/results/<date>.json, charts, table); ~40 min
-bench: setup
+bench: setup-test
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 ## soak: the fault scenarios at full scale (soak/results/<date>.json and .png)
-soak: setup
+soak: setup-test
 	$(PY) -m soak.run $(SOAK_ARGS)
 
 ## docs: the manual (docs/) as a site in site/ with MkDocs, strict: a broken link or a page left out of

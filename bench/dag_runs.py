@@ -20,7 +20,7 @@ from bench.stack import Platform, Sampler
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks
 from loglake.speed.streams import SpeedStream
-from loglake.local.demo import _client, _spark_overhead, dag_run, wait_caught_up
+from loglake.local.demo import _client, _spark_overhead, dag_run, typed_run, wait_caught_up
 from loglake.local.produce import produce
 from loglake.ops.status import dataset_status
 
@@ -113,7 +113,7 @@ def _batch_run(h: Harness, plat: Platform, client, sizes: dict[str, int], kind: 
         watch.stop()
     dr = client.call("GET", f"/dags/loglake_batch/dagRuns/{run['run_id']}")
     tis = client.task_instances("loglake_batch", run["run_id"])
-    spark, mean = _spark_overhead(run)
+    spark, mean = _spark_overhead(typed_run(run))
     queued_at, start = _ts(dr.get("queued_at")), _ts(dr.get("start_date"))
     run.update(kind=kind, spark_seconds=spark, mean_overhead=mean,
                timing={_ti_key(ti): _ti_times(ti) for ti in tis}, names=_dataset_names(run, tis),

@@ -34,6 +34,7 @@ from loglake.lifecycle.replays import run_replay
 from loglake.local import stack
 from loglake.local.cluster import LocalCluster
 from loglake.local.demo import run_demo
+from loglake.local.jars import for_config as fetch_on_first_use
 from loglake.local.produce import produce
 from loglake.local.stack import broker
 from loglake.maintenance.runs import datasets_with_tables, format_log_rows
@@ -623,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
             # says it among the rest; down and kafka must work whatever a dataset's conf says).
             check_all(config)
         keep_logs(config)
+        if args.command not in ("down", "status"):
+            fetch_on_first_use(config)  # what make setup leaves out: an s3a:// lake's jars
         handler = {"kafka": cmd_kafka, "registry": cmd_registry, "cluster": cmd_cluster, "produce": cmd_produce,
                    "speed": cmd_speed, "demo": cmd_demo, "batch": cmd_batch, "backfill": cmd_backfill,
                    "query": cmd_query, "maintain": cmd_maintain,

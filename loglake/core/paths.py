@@ -56,7 +56,9 @@ def jars(kind: str) -> list[Path]:
     d = jar_dir(kind)
     found = sorted(d.glob("*.jar")) if d.is_dir() else []
     if not found:
-        raise SetupError(f"no {kind} jars under {d}: run `make setup` (it resolves them from Maven Central)")
+        raise SetupError(f"no {kind} jars under {d}: run `make setup` (the broker's and Spark's) or `make setup-test` "
+                         f"(all; a `loglake` command on an s3a:// lake fetches the s3 set itself), or "
+                         f"`python -m loglake.local.jars {kind}`")
     return found
 
 

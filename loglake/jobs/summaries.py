@@ -19,7 +19,9 @@ from loglake.core.errors import JobFailure, ParamError
 class JobSummary:
     """A job's run. ``start_seconds``: until its Spark session was ready (JVM start, or none
     in the shared application); ``shared_application``: it ran there; ``queued_seconds`` and
-    ``start_wait_seconds``: waited in that application's queue, and for it to start."""
+    ``start_wait_seconds``: waited in that application's queue, and for it to start;
+    ``submit_seconds``: the caller's wall time for the whole job (an Airflow task's request,
+    queue and run, set by the operator)."""
 
     job: ClassVar[str] = ""
     nested: ClassVar[dict[str, type[JobSummary]]] = {}  # a field that holds another job's summary
@@ -31,9 +33,12 @@ class JobSummary:
     shared_application: bool | None = None
     queued_seconds: float | None = None
     start_wait_seconds: float | None = None
+    submit_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON's own types only: a tuple as a list (Airflow's XCom would store a tuple in a
+        wrapper of its own, which a reader of the task's value through the REST API then sees)."""
+        return _plain(asdict(self))
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]):
@@ -43,6 +48,14 @@ class JobSummary:
             raise ParamError("summary", f"the {cls.job} job's summary has no field {', '.join(unknown)}")
         return cls(**{k: cls.nested[k].from_dict(v) if k in cls.nested and isinstance(v, dict) else v
                       for k, v in value.items()})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from loglake.core.config import Config, Dataset
 from loglake.core.processes import wait_for
 from loglake.jobs.launch import job_env
+from loglake.jobs.registry import job
+from loglake.jobs.summaries import BatchSummary, JobSummary, QualitySummary
 from loglake.kafka.admin import dataset_state, log_bounds
 from loglake.ledger.results import last_maintenance
 from loglake.ledger.tables import open_table, query, table_counts
@@ -44,10 +48,51 @@ def _client(config: Config):
     return airflow, AirflowClient(airflow.url, airflow.token())
 
 
+# What each task of loglake's DAGs returns (its XCom), read back into the value it was made from.
+TASK_VALUES = {
+    "dataset.recompute": job("batch").parse,
+    "dataset.quality": job("quality").parse,
+    "dataset.maintain": job("maintenance").parse,
+    "dataset.diff": lambda v: [DiffResult.from_dict(d) for d in v],
+    "dataset.audit": AuditResult.from_dict,
+}
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task instance of a DAG run: its state, duration, and its return value as the typed
+    value the task made (a job's summary, the diffs, the audit), None when it returned none."""
+
+    task_id: str
+    name: str  # the mapped task's dataset (its rendered map index)
+    state: str
+    duration: float | None
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class DagRun:
+    run_id: str
+    state: str
+    wall: float
+    tasks: tuple[TaskRun, ...]
+
+    def values(self, task_id: str, kind: type) -> list:
+        """The values of the task ``task_id`` that succeeded with a value of type ``kind``."""
+        return [t.value for t in self.tasks if t.task_id == task_id and isinstance(t.value, kind)]
+
+
+def task_value(task_id: str, value: Any) -> Any:
+    """The typed value a task's XCom holds (``TASK_VALUES``); None for none."""
+    if value is None or task_id not in TASK_VALUES:
+        return None
+    return TASK_VALUES[task_id](value)
+
+
 def dag_run(client, dag_id: str, scheduled: bool) -> dict:
     """Wait for a run of ``dag_id`` (the scheduled one if ``scheduled`` and it starts within
     a minute, else a triggered one); its state, wall time, and per task its duration and
-    return value, keyed ``(task_id, dataset)``."""
+    return value as the REST API gives it, keyed ``(task_id, dataset)`` (``typed_run`` reads it)."""
 
     client.wait_for_dag(dag_id)
     runs = []
@@ -65,49 +110,58 @@ def dag_run(client, dag_id: str, scheduled: bool) -> dict:
     return {"run_id": run_id, "state": run["state"], "wall": run_seconds(run), "tasks": tasks}
 
 
-def _spark_overhead(run: dict) -> tuple[float, float | None]:
-    """(spark-submit seconds in total, mean Airflow overhead per Spark task)."""
+def typed_run(run: dict) -> DagRun:
+    """``dag_run``'s record with each task's value read back into its type."""
+    tasks = [TaskRun(task_id, name, t["state"], t["duration"], task_value(task_id, t["value"]))
+             for (task_id, name), t in run["tasks"].items()]
+    return DagRun(run["run_id"], run["state"], run["wall"], tuple(sorted(tasks, key=lambda t: (t.task_id, t.name))))
+
+
+def _spark_overhead(run: DagRun) -> tuple[float, float | None]:
+    """(the Spark tasks' submission wall in total, mean Airflow overhead per Spark task)."""
     spark, overheads = 0.0, []
-    for t in run["tasks"].values():
-        v = t["value"]
-        if isinstance(v, dict) and v.get("submit_seconds") is not None and t["duration"] is not None:
-            spark += v["submit_seconds"]
-            overheads.append(t["duration"] - v["submit_seconds"])
+    for t in run.tasks:
+        if isinstance(t.value, JobSummary) and t.value.submit_seconds is not None and t.duration is not None:
+            spark += t.value.submit_seconds
+            overheads.append(t.duration - t.value.submit_seconds)
     return spark, (sum(overheads) / len(overheads) if overheads else None)
 
 
-def report_batch(run: dict) -> bool:
+def report_batch(run: DagRun) -> bool:
     spark, overhead = _spark_overhead(run)
-    print(f"loglake_batch run {run['run_id']}: {run['state']} in {run['wall']:.1f}s, of which Spark jobs "
+    print(f"loglake_batch run {run.run_id}: {run.state} in {run.wall:.1f}s, of which Spark jobs "
           f"{spark:.1f}s (submission wall)"
           + (f"; Airflow overhead per Spark task (task wall - submission wall) {overhead:.1f}s" if overhead else ""))
-    for (task_id, name), t in sorted(run["tasks"].items()):
-        v = t["value"] or {}
-        if t["state"] != "success":
-            print(f"  {task_id}[{name}]: {t['state']}")
-        elif task_id == "dataset.recompute":
-            rate = v.get("records_per_second")
-            print(f"  write   {name}: {v.get('records')} rows, {v.get('quarantined')} quarantined in "
-                  f"{v.get('seconds')}s ({f'{rate:,} records/s' if rate else 'n/a'}), "
-                  f"{'in the shared Spark application' if v.get('shared_application') else 'spark-submit'} "
-                  f"{v.get('submit_seconds')}s"
-                  + (f" (of which {v['start_wait_seconds']}s waiting for it to start)"
-                     if v.get("start_wait_seconds") else ""))
-        elif task_id == "dataset.quality":
-            warned = "; ".join(f"{w['expectation']}({w['column']}) {w['unexpected_count']} unexpected"
-                               for w in v.get("warned", []))
-            print(f"  quality {name}: {v.get('expectations')} expectation(s) on {v.get('rows')} rows: "
-                  f"{'published' if v.get('published') else 'NOT published'}" + (f"; warnings: {warned}" if warned else ""))
-    for (task_id, _i), t in sorted(run["tasks"].items()):
-        if task_id == "dataset.diff" and t["value"]:
-            for d in map(DiffResult.from_dict, t["value"]):
-                print(f"  diff    {d.dataset}[{d.partition}] [{d.start}, {d.end}): "
-                      f"{d.missing_in_speed.count} missing in speed, "
-                      f"{d.missing_in_batch.count if d.missing_in_batch else '-'} missing in batch, "
-                      f"{d.changed.rows} changed")
-        elif task_id == "dataset.audit" and t["value"]:
-            print_audit(AuditResult.from_dict(t["value"]))
-    return run["state"] == "success"
+    for t in run.tasks:
+        if t.state != "success":
+            print(f"  {t.task_id}[{t.name}]: {t.state}")
+        elif isinstance(t.value, BatchSummary):
+            print(format_recompute(t.name, t.value))
+        elif isinstance(t.value, QualitySummary):
+            print(format_quality(t.name, t.value))
+    for diffs in run.values("dataset.diff", list):
+        for d in diffs:
+            print(f"  diff    {d.dataset}[{d.partition}] [{d.start}, {d.end}): "
+                  f"{d.missing_in_speed.count} missing in speed, "
+                  f"{d.missing_in_batch.count if d.missing_in_batch else '-'} missing in batch, "
+                  f"{d.changed.rows} changed")
+    for a in run.values("dataset.audit", AuditResult):
+        print_audit(a)
+    return run.state == "success"
+
+
+def format_recompute(name: str, v: BatchSummary) -> str:
+    rate = f"{v.records_per_second:,} records/s" if v.records_per_second else "n/a"
+    where = "in the shared Spark application" if v.shared_application else "spark-submit"
+    waited = f" (of which {v.start_wait_seconds}s waiting for it to start)" if v.start_wait_seconds else ""
+    return (f"  write   {name}: {v.records} rows, {v.quarantined} quarantined in {v.seconds}s ({rate}), "
+            f"{where} {v.submit_seconds}s{waited}")
+
+
+def format_quality(name: str, v: QualitySummary) -> str:
+    warned = "; ".join(f"{w.expectation}({w.column}) {w.unexpected_count} unexpected" for w in v.warned)
+    return (f"  quality {name}: {v.expectations} expectation(s) on {v.rows} rows: "
+            f"{'published' if v.published else 'NOT published'}" + (f"; warnings: {warned}" if warned else ""))
 
 
 def print_audit(a: AuditResult) -> None:
@@ -115,20 +169,20 @@ def print_audit(a: AuditResult) -> None:
           f"{a.missing} missing, {a.duplicated} duplicated, {a.unexpected} unexpected")
 
 
-def report_maintenance(config: Config, run: dict) -> bool:
+def report_maintenance(config: Config, run: DagRun) -> bool:
     spark, _overhead = _spark_overhead(run)
-    print(f"loglake_maintenance run {run['run_id']}: {run['state']} in {run['wall']:.1f}s (Spark jobs {spark:.1f}s), "
+    print(f"loglake_maintenance run {run.run_id}: {run.state} in {run.wall:.1f}s (Spark jobs {spark:.1f}s), "
           "while the streams write:")
     for ds in config.datasets.values():
         rows = last_maintenance(config, ds)
         if rows:
             print("\n".join(format_log_rows(rows)))
-    for (task_id, name), t in sorted(run["tasks"].items()):
-        if task_id == "dataset.audit" and t["value"]:
-            print_audit(AuditResult.from_dict(t["value"]))
-        elif t["state"] != "success":
-            print(f"  {task_id}[{name}]: {t['state']}")
-    return run["state"] == "success"
+    for t in run.tasks:
+        if t.state != "success":
+            print(f"  {t.task_id}[{t.name}]: {t.state}")
+        elif isinstance(t.value, AuditResult):
+            print_audit(t.value)
+    return run.state == "success"
 
 
 def batch_quarantined(config: Config, ds: Dataset) -> int:
@@ -160,9 +214,9 @@ def run_demo(config: Config, count: int, bad_fraction: float) -> int:
 
     airflow, client = _client(config)
     print("\nairflow: waiting for the scheduled loglake_batch run (write → quality → publish, diff, audit) ...")
-    ok &= report_batch(dag_run(client, "loglake_batch", scheduled=True))
+    ok &= report_batch(typed_run(dag_run(client, "loglake_batch", scheduled=True)))
     print("\nairflow: triggering loglake_maintenance (expire, optimize, vacuum; then audit) ...")
-    ok &= report_maintenance(config, dag_run(client, "loglake_maintenance", scheduled=False))
+    ok &= report_maintenance(config, typed_run(dag_run(client, "loglake_maintenance", scheduled=False)))
 
     ok &= compare_serving_view(config)
     print(f"\nthe loglake page: {airflow.url}/plugin/loglake (every layer per partition, quality, audit, "

@@ -325,6 +325,35 @@ def _build_own_jar(kind: str, cmd: list[str], tmp: Path, log: Path) -> None:
     shutil.rmtree(tmp / _BUILD)
 
 
+# What each set is, for the line said when one is fetched on first use.
+FIRST_USE = {
+    "registry": "the schema registry (Apicurio Registry, built from Maven Central's jars)",
+    "s3": "an s3a:// lake's jars (hadoop-aws, the AWS SDK bundle, loglake's Delta log store; ~650 MB)",
+}
+
+
+def ensure(kind: str, say=print) -> list[Path]:
+    """The jars of ``kind``, fetched now when this machine has none yet (or older ones), with a
+    line before and after: what ``make setup`` leaves to first use (``loglake.local.fetch``)."""
+    if is_current(kind):
+        return built(kind, jar_dir(kind))
+    what = FIRST_USE.get(kind, f"the {kind} jars")
+    say(f"setup: fetching {what}, once, into {jar_dir(kind)} ...")
+    t0 = time.monotonic()
+    found, _cached = resolve(kind)
+    say(f"setup: {kind} ready in {time.monotonic() - t0:.1f}s")
+    return found
+
+
+def for_config(config, say=print) -> None:
+    """Fetch on first use what ``config``'s profile runs beyond ``make setup``'s sets: the S3 jars
+    of an ``s3a://`` lake (the embedded registry fetches its own when it starts)."""
+    from loglake.core import objectstore
+
+    if any(objectstore.is_remote(p) for p in (config.lake_root, config.checkpoint_root)):
+        ensure("s3", say)
+
+
 def _mb(paths: list[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 1e6
 

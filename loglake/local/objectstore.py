@@ -122,11 +122,13 @@ def is_current() -> bool:
         return False
 
 
-def installed_binary() -> Path:
-    """The built versitygw; a clear error when setup has not built it."""
+def installed_binary(say=print) -> Path:
+    """The built versitygw, built on first use (``make setup-test`` builds it beforehand)."""
     if not is_current():
-        raise SetupError(f"no versitygw {VERSION} at {binary_path()}: run `make setup` (it builds it with Go "
-                         "from the Go module proxy: python -m loglake.local.objectstore)")
+        say(f"setup: building versitygw {VERSION} (an S3 server for the tests) from the Go module proxy, once ...")
+        t0 = time.monotonic()
+        ensure_binary()
+        say(f"setup: versitygw ready in {time.monotonic() - t0:.1f}s")
     return binary_path()
 
 

@@ -34,16 +34,21 @@ import psutil
 
 from loglake.core.errors import PortInUseError, ProcessError, SetupError
 from loglake.core.paths import jar_dir, java_executable
+from loglake.local import jars
 from loglake.core.processes import Managed, port_open, started_on_free_port, wait_for
 
 CCOMPAT = "/apis/ccompat/v7"
 
 
-def runnable_jar() -> Path:
+def runnable_jar(say=print) -> Path:
+    """Apicurio Registry's runnable jar, built from Maven Central on first use (``make setup``
+    leaves it out: the demo's datasets are JSON; ``make setup-test`` fetches it)."""
     jar = jar_dir("registry") / "quarkus-app" / "quarkus-run.jar"
+    if not jar.is_file() or not jars.is_current("registry"):
+        jars.ensure("registry", say)
     if not jar.is_file():
-        raise SetupError(f"no schema registry under {jar.parent}: run `make setup` (it builds Apicurio Registry "
-                         "from Maven Central)")
+        raise SetupError(f"no schema registry under {jar.parent} after building it (Maven log: "
+                         f"{jars.log_path('registry')})")
     return jar
 
 

@@ -67,6 +67,15 @@ def schema_registry(config: Config) -> EmbeddedRegistry | None:
     return EmbeddedRegistry(config.home, port=settings.port)
 
 
+def registry_wanted(config: Config) -> bool:
+    """``up`` starts the embedded registry when a dataset reads a registry format, or when it runs
+    already (started by ``loglake registry start``); not for JSON datasets alone, so a machine
+    that never needs Apicurio never fetches it (``loglake.local.fetch``). An external or no
+    registry: ``start_registry`` says which."""
+    registry = schema_registry(config)
+    return registry is None or registry.is_running() or any(ds.in_registry for ds in config.datasets.values())
+
+
 def registry_state(config: Config, timeout: float = 5.0) -> str:
     """Whether the profile's registry answers its Confluent API with the profile's login and
     CA: ``answers``, ``not answering`` or ``refused: why``."""
@@ -167,7 +176,12 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
         missing = [ds.topic for ds in config.datasets.values() if ds.topic not in list_topics(config)]
         if missing:
             print(f"  topics not created yet: {', '.join(missing)} (their speed streams wait for them)")
-    start_registry(config)  # before the streams: a registry-format dataset's stream reads it first
+    # Before the streams: a registry-format dataset's stream reads it first. Without such a dataset
+    # the embedded registry is not started (nor fetched): `loglake registry start` starts it.
+    if registry_wanted(config):
+        start_registry(config)
+    else:
+        print("registry: not started (no dataset reads a registry format; `loglake registry start` starts it)")
     start_streams(config)
     if config.profile.spark.shared_application:
         # Before Airflow: its scheduler runs a due run's first tasks even before Airflow reports

@@ -79,7 +79,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
                       summary.seconds, "the request and its session" if shared is not None
                       else "JVM start, session and submit overhead")
         self._emit_table_events(config, context, request.dataset, summary)
-        return {**summary.to_dict(), "submit_seconds": round(submit_seconds, 3)}
+        return replace(summary, submit_seconds=round(submit_seconds, 3)).to_dict()
 
     def _said(self, code: int, reported: dict | None):
         """The job's typed summary; the task's exception when it failed (``summary_error``:

@@ -118,7 +118,7 @@ def test_dry_run_prints_the_plan_and_runs_no_spark_job(make_config, airflow_db):
 
 
 # make test-long only; make test covers its parts: the batch DAG end to end (its recompute, quality and
-# audit tasks) in test_secure_kafka, and triggered through the scheduler in test_platform; nothing to
+# audit tasks) in test_secure_kafka, and scheduled by the scheduler in test_demo (the README's `loglake demo`); nothing to
 # recompute from the command line in test_cli; a mapped task skipped in the dry-run test above.
 @pytest.mark.long
 def test_batch_recomputes_to_the_log_end_then_has_nothing_to_do(make_config, airflow_db):

@@ -317,7 +317,7 @@ def test_pipeline_through_the_secure_broker(secure):
 
 
 # make test-long only; make test covers its parts: the batch DAG end to end through the scheduler, its
-# tasks in the shared application, in test_platform; Spark's Kafka source through the secured broker
+# tasks in the shared application, in test_demo; Spark's Kafka source through the secured broker
 # (the same options the batch job's read takes, spark_jobs.kafka_source) in the pipeline test above.
 @pytest.mark.long
 def test_a_batch_dag_run_by_airflow_through_the_secure_broker(secure, airflow_db):
