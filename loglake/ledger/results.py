@@ -8,6 +8,9 @@ and the demo.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from loglake.core.config import Config, Dataset, expectation_label
 from loglake.core.contracts import AUDIT_RESULTS, MAINTENANCE_LOG, QUALITY_RESULTS, SystemTable
 from loglake.ledger.tables import open_table, query
@@ -32,40 +35,59 @@ def _last_run(rows: list[dict], time_column: str) -> list[dict]:
     return [r for r in rows if r["run_id"] == last]
 
 
-def last_quality(config: Config, ds: Dataset) -> dict | None:
-    """The latest validation of ``ds``: run, time, verdict, failed and warned expectations."""
+@dataclass(frozen=True)
+class QualityRecord:
+    """The latest validation of a dataset, as its record table holds it: the run, when, whether
+    it was published, how many expectations, and the labels of those that failed and warned."""
+
+    run_id: str
+    validated_at: datetime
+    published: bool
+    expectations: int
+    failed: list[str]
+    warned: list[str]
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """The latest audit of a dataset: the run, when, ``ok`` (served and newest versions), the
+    totals of the served versions, and its stored rows (one per partition and layer)."""
+
+    run_id: str
+    audited_at: datetime
+    ok: bool
+    offsets_checked: int
+    missing: int
+    duplicated: int
+    unexpected: int
+    partitions: list[dict]
+
+
+def last_quality(config: Config, ds: Dataset) -> QualityRecord | None:
+    """The latest validation of ``ds``; None before the first."""
     rows = _last_run(_rows(config, QUALITY_RESULTS, ds, "validated_at"), "validated_at")
     if not rows:
         return None
     failed = [r for r in rows if not r["success"]]
-    return {
-        "run_id": rows[0]["run_id"],
-        "validated_at": max(r["validated_at"] for r in rows),
-        "published": bool(rows[0]["published"]),
-        "expectations": len(rows),
-        "failed": [expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "fail"],
-        "warned": [expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "warn"],
-    }
+    return QualityRecord(
+        run_id=rows[0]["run_id"], validated_at=max(r["validated_at"] for r in rows),
+        published=bool(rows[0]["published"]), expectations=len(rows),
+        failed=[expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "fail"],
+        warned=[expectation_label(r["expectation"], r["column"]) for r in failed if r["severity"] == "warn"])
 
 
-def last_audit(config: Config, ds: Dataset) -> dict | None:
-    """The latest audit of ``ds``: run, time, ok (served and newest versions), and the
-    missing/duplicated/unexpected totals of the served versions."""
+def last_audit(config: Config, ds: Dataset) -> AuditRecord | None:
+    """The latest audit of ``ds``; None before the first."""
     rows = _last_run(_rows(config, AUDIT_RESULTS, ds, "audited_at"), "audited_at")
     if not rows:
         return None
     ok = all(r["ok"] for r in rows)
     rows = [r for r in rows if r["point"] in (None, "served")]
-    return {
-        "run_id": rows[0]["run_id"],
-        "audited_at": max(r["audited_at"] for r in rows),
-        "ok": ok,
-        "offsets_checked": sum(r["offsets_checked"] for r in rows),
-        "missing": sum(r["missing"] for r in rows),
-        "duplicated": sum(r["duplicated"] for r in rows),
-        "unexpected": sum(r["unexpected"] for r in rows),
-        "partitions": rows,
-    }
+    return AuditRecord(
+        run_id=rows[0]["run_id"], audited_at=max(r["audited_at"] for r in rows), ok=ok,
+        offsets_checked=sum(r["offsets_checked"] for r in rows), missing=sum(r["missing"] for r in rows),
+        duplicated=sum(r["duplicated"] for r in rows), unexpected=sum(r["unexpected"] for r in rows),
+        partitions=rows)
 
 
 def last_maintenance(config: Config, ds: Dataset) -> list[dict]:

@@ -19,7 +19,7 @@ from loglake.core.errors import describe_holder
 from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
 from loglake.ledger.leases import holders
 from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
-from loglake.ledger.results import last_audit, last_quality
+from loglake.ledger.results import AuditRecord, QualityRecord, last_audit, last_quality
 from loglake.ledger.schemas import format_text
 from loglake.ledger.schemas import schema_text as text
 from loglake.ledger.tables import dataset_tables, snapshot
@@ -72,8 +72,8 @@ class DatasetStatus:
     partitions: list[PartitionStatus]
     retention_ms: int | None  # None: never deleted by time (-1, or compact only)
     cleanup_policy: str | None
-    quality: dict | None  # loglake.ledger.results.last_quality
-    audit: dict | None  # loglake.ledger.results.last_audit
+    quality: QualityRecord | None
+    audit: AuditRecord | None
     tables: list[TableStatus] = field(default_factory=list)
     at: float = 0.0  # when it was read (epoch seconds): the "now" of every age above
     writer: dict | None = None  # the holder of the dataset's lease (loglake.ledger.leases), None: free
@@ -172,24 +172,24 @@ def retention_text(retention_ms: int | None, cleanup_policy: str | None) -> str:
     return "retention.ms -1: nothing is deleted by age"
 
 
-def quality_text(q: dict | None) -> str:
+def quality_text(q: QualityRecord | None) -> str:
     if q is None:
         return "no validation yet"
-    verdict = "published" if q["published"] else "FAILED"
-    text = f"{verdict} ({q['expectations']} expectations) at {_iso(q['validated_at'])}, run {q['run_id']}"
-    if q["failed"]:
-        text += "; failed: " + ", ".join(q["failed"])
-    if q["warned"]:
-        text += "; warned: " + ", ".join(q["warned"])
+    verdict = "published" if q.published else "FAILED"
+    text = f"{verdict} ({q.expectations} expectations) at {_iso(q.validated_at)}, run {q.run_id}"
+    if q.failed:
+        text += "; failed: " + ", ".join(q.failed)
+    if q.warned:
+        text += "; warned: " + ", ".join(q.warned)
     return text
 
 
-def audit_text(a: dict | None) -> str:
+def audit_text(a: AuditRecord | None) -> str:
     if a is None:
         return "no audit yet"
-    verdict = "ok" if a["ok"] else "FAILED"
-    return (f"{verdict}: {a['offsets_checked']} offsets checked, {a['missing']} missing, {a['duplicated']} duplicated, "
-            f"{a['unexpected']} unexpected at {_iso(a['audited_at'])}, run {a['run_id']}")
+    verdict = "ok" if a.ok else "FAILED"
+    return (f"{verdict}: {a.offsets_checked} offsets checked, {a.missing} missing, {a.duplicated} duplicated, "
+            f"{a.unexpected} unexpected at {_iso(a.audited_at)}, run {a.run_id}")
 
 
 def table_text(t: TableStatus) -> str:

@@ -59,8 +59,8 @@ def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_co
     assert sum(r.offsets_checked for r in result.partitions if r.layer == "speed") > 0
     # One stored row per partition and layer, read back through the record-table contract.
     stored = last_audit(config, ds)
-    assert stored["run_id"] == "clean" and stored["ok"] and stored["offsets_checked"] == res.records
-    assert len(stored["partitions"]) == 2 * ds.partitions
+    assert stored.run_id == "clean" and stored.ok and stored.offsets_checked == res.records
+    assert len(stored.partitions) == 2 * ds.partitions
 
 
 def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):

@@ -54,8 +54,8 @@ def test_failing_fail_expectation_keeps_the_watermark_and_names_the_expectation(
     assert batch_watermarks(config, ds) == {}
     assert {r["state"] for r in ledger_rows(config, ds)} == {"written"}
     last = last_quality(config, ds)
-    assert last["run_id"] == "gate-1" and not last["published"]
-    assert last["failed"] == ["expect_column_values_to_be_between(duration_ms)"] and last["warned"] == []
+    assert last.run_id == "gate-1" and not last.published
+    assert last.failed == ["expect_column_values_to_be_between(duration_ms)"] and last.warned == []
     assert (data_docs_dir(config) / "index.html").exists()
 
 
@@ -76,7 +76,7 @@ def test_failing_warn_expectation_publishes_and_is_recorded(spark, make_config):
         ("expect_column_values_to_be_unique", "fail", True, True)]
     assert json.loads(results[0]["observed"])["unexpected_count"] == results[0]["unexpected_count"] > 0
     last = last_quality(config, ds)
-    assert last["published"] and last["warned"] == ["expect_column_values_to_be_between(duration_ms)"]
+    assert last.published and last.warned == ["expect_column_values_to_be_between(duration_ms)"]
 
 
 def test_unknown_expectation_is_a_config_error_naming_the_key(spark, make_config):

@@ -105,7 +105,7 @@ def test_status_reads_ages_and_retention_from_the_log(spark, state):
         # Its deadline is its own Kafka timestamp (as the speed table recorded it) + retention.ms.
         expected = ts[p.partition, p.oldest_unprocessed] + WEEK_MS / 1000 - st.at
         assert p.retention_seconds == pytest.approx(expected, abs=0.002)
-    assert st.quality["published"] is True and st.quality["run_id"] == "test-run"
+    assert st.quality.published is True and st.quality.run_id == "test-run"
     assert st.audit is None  # no audit table yet
     tables = {t.layer: t for t in st.tables}
     assert tables["speed"].version is not None and tables["speed"].files >= 1

@@ -6,6 +6,7 @@ import pytest
 
 from loglake.core.config import load_config
 from loglake.core import paths
+from loglake.ledger.results import QualityRecord
 from loglake.ops.status import DatasetStatus, PartitionStatus, TableStatus, format_duration, format_status
 
 
@@ -22,8 +23,8 @@ def test_format_status_keeps_the_partition_line_and_adds_the_new_numbers():
     parts = [PartitionStatus(0, 0, 100, 100, 40, lag_seconds=0.0, oldest_unprocessed=40, retention_seconds=90000),
              PartitionStatus(1, 5, 50, None, None)]
     st = DatasetStatus("job_views", ds.topic, "events", parts, 604800000, "delete",
-                       {"run_id": "r1", "validated_at": "2026-11-23T10:00:00", "published": False,
-                        "expectations": 3, "failed": ["expect_x(user_id)"], "warned": []},
+                       QualityRecord(run_id="r1", validated_at="2026-11-23T10:00:00", published=False,
+                                     expectations=3, failed=["expect_x(user_id)"], warned=[]),
                        None, [TableStatus("speed", "speed.job_views", "/l/speed/job_views", 7, 3),
                               TableStatus("batch", "batch.job_views", "/l/batch/job_views", None, None)],
                        writer={"operation": "backfill", "run_id": "bf-1", "pid": 42, "host": "h",
