@@ -17,9 +17,22 @@ Each job runs in a thread of its own with a Spark session of its own
 the SparkContext, the JVM and Delta's caches are shared) and a job group, cancelled when
 the client goes away (an Airflow task killed or timed out). Jobs of different datasets run
 side by side up to ``LOGLAKE_SPARK_JOBS_CONCURRENCY`` (2); each dataset's writers still
-take turns through the dataset's lease (``loglake.ledger.leases``), and quality gates one at a
-time (Great Expectations keeps its project in files). SIGTERM stops it: running jobs are
-cancelled (their clients see a transient failure and retry), the session is stopped.
+take turns through the dataset's lease (``loglake.ledger.leases``), and quality jobs one at a
+time (Great Expectations keeps one file project under the state directory for every dataset).
+SIGTERM stops it: running jobs are cancelled (their clients see a transient failure and
+retry), the session is stopped.
+
+The order of locks, for every job: **the dataset's lease first, then a slot, then (a quality
+job) the quality gate; released in reverse.** A job holds a slot or the gate only once it
+holds its lease, so it never waits for a lease while holding what another job needs: a
+lease holder outside this process (``loglake batch`` holds it across its batch and quality
+jobs, sending each here with its token) always gets a slot and the gate, from jobs that
+hold leases of their own and run to their end. Taken in the other order, a scheduled run's
+quality job held the gate while it waited (up to ``LOGLAKE_WRITER_WAIT_SECONDS``) for the
+lease that ``loglake batch`` held while its quality job waited for the gate (issue 44).
+``entry.execute`` takes the lease and then opens the job's session (``Server._session``),
+which takes the slot and the gate; a job whose caller goes away while it waits for any of
+them stops at once (``JobCancelled``) and never writes.
 """
 
 from __future__ import annotations
@@ -38,16 +51,17 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loglake.core.config import Config, load_config
-from loglake.core.errors import JobFailure, LoglakeError, ParamError
+from loglake.core.errors import JobCancelled, JobFailure, LoglakeError, ParamError
 from loglake.jobs import registry
 from loglake.jobs.launch import spark_conf
+from loglake.jobs.protocol import JobRequest
 from loglake.jobs.session import get_spark
 from loglake.jobs.shared_app import address_file, identity
 from loglake.observe import exporter
@@ -167,19 +181,12 @@ class Server:
         self.sinks.sink = lambda text: send({"line": text})
         try:
             body = importlib.import_module(SERVED[job]).run_job
-
-            waited = time.monotonic()
-            with self.slots:
-                if job == "quality":
-                    self.quality_gate.acquire()
-                try:
-                    queued = time.monotonic() - waited
-                    summary = entry.execute(job, argv, body, functools.partial(self._session, group),
-                                            inherited=lease, export=False, cancel=gone)
-                    outcome.update(summary=replace(summary, queued_seconds=round(queued, 3)).to_dict(), code=0)
-                finally:
-                    if job == "quality":
-                        self.quality_gate.release()
+            queued: dict[str, float] = {}
+            turn = functools.partial(self._session, group, JobRequest.parse(job, argv), gone, queued)
+            # The lease first (``entry.execute``), then a slot and the gate (``_session``).
+            summary = entry.execute(job, argv, body, turn,
+                                    inherited=lease, export=False, cancel=gone)
+            outcome.update(summary=replace(summary, queued_seconds=queued.get("seconds")).to_dict(), code=0)
         except LoglakeError as e:
             print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
             outcome.update(summary=JobFailure.of(e).to_dict(), code=2)
@@ -198,15 +205,38 @@ class Server:
             self._log(f"{group} {' '.join(argv[:2])}: {'ok' if outcome.get('code') == 0 else 'failed'}")
 
     @contextmanager
-    def _session(self, group: str, config: Config, name: str):
-        session = self.spark.newSession()
-        sc = self.spark.sparkContext
-        sc.setJobGroup(group, name, interruptOnCancel=True)
+    def _session(self, group: str, request: JobRequest, gone: threading.Event, queued: dict, config: Config,
+                 name: str):
+        """The job's turn and its session: opened by ``entry.execute`` inside the dataset's lease,
+        it takes a slot, then (a quality job) the quality gate — the order of the module's
+        docstring. ``queued["seconds"]``: how long it waited for them."""
+        waited = time.monotonic()
+        with self._taken(self.slots, gone, request.dataset, "a free slot"), \
+                (self._taken(self.quality_gate, gone, request.dataset, "the quality gate")
+                 if request.job == "quality" else nullcontext()):
+            queued["seconds"] = round(time.monotonic() - waited, 3)
+            session = self.spark.newSession()
+            sc = self.spark.sparkContext
+            sc.setJobGroup(group, name, interruptOnCancel=True)
+            try:
+                yield session, 0.0, True
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+                sc.setLocalProperty("spark.job.description", None)
+
+    @staticmethod
+    @contextmanager
+    def _taken(lock, gone: threading.Event, dataset: str, what: str):
+        """Hold ``lock`` (a lock or a semaphore) for the block; ``JobCancelled`` as soon as the
+        job's caller went away while it waited."""
+        while not lock.acquire(timeout=0.5):
+            if gone.is_set():
+                raise JobCancelled(dataset, f"its caller went away while it waited for {what} of the shared "
+                                         "Spark application")
         try:
-            yield session, 0.0, True
+            yield
         finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)
-            sc.setLocalProperty("spark.job.description", None)
+            lock.release()
 
     def _cancel(self, group: str, why: str) -> None:
         self._log(f"{group}: cancelled ({why})")

@@ -9,11 +9,13 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
+from loglake.core import paths
 from loglake.core.config import load_config
 from loglake.core.processes import descendants, wait_for
 from loglake.jobs import shared_app
@@ -25,9 +27,15 @@ from loglake.ledger.planning import plan_batch
 from loglake.ledger.ranges import batch_watermarks, ledger_rows
 from loglake.ledger.tables import open_table, query
 from loglake.local.produce import produce
-from loglake.testing import config_environment, run_loglake, write_conf
+from loglake.testing import command_env, config_environment, loglake_command, run_loglake, write_conf
+from loglake.testing.commands import environment
 
 pytestmark = pytest.mark.integration
+
+# How long a job waits for another writer of its dataset (900 s on the platform), in the
+# application and the commands these tests start: writers that block each other fail the
+# test in this time, not in the suite's timeout. Far above what a job here takes.
+WRITER_WAIT_SECONDS = 240
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +44,7 @@ def served(tmp_path_factory, kafka_bootstrap):
     root = tmp_path_factory.mktemp("jobserver")
     config = load_config(write_conf(root, kafka_bootstrap), home=root / "state")
     os.environ.pop("LOGLAKE_LOCK_TOKEN", None)
-    with config_environment(config):
+    with config_environment(config), environment({"LOGLAKE_WRITER_WAIT_SECONDS": str(WRITER_WAIT_SECONDS)}):
         try:
             start_shared_application(config, wait=240)
             yield config
@@ -130,6 +138,115 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
     shared_app.wait_idle(config, timeout=60)
     assert DatasetLock(config, ds.name).holder() is None
     assert not [r for r in ledger_rows(config, ds) if r["run_id"] == "cancelled-run"]
+
+
+@pytest.fixture
+def airflow_worker(served, monkeypatch, tmp_path):
+    """This process as a LocalExecutor worker of ``loglake up`` sees it: the config in the
+    environment, plugins/ on sys.path."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    monkeypatch.setenv("LOGLAKE_PROFILE", served.profile_name)
+    monkeypatch.syspath_prepend(str(paths.REPO_ROOT / "plugins"))
+    return served
+
+
+def test_a_cli_batch_and_a_scheduled_run_of_one_dataset_at_once_both_finish(airflow_worker):
+    """``loglake batch job_views`` typed while the scheduled ``loglake_batch`` run of the same
+    dataset is under way (issue 44, 5). The CLI holds the dataset's lease across its batch and
+    quality jobs; the scheduled run's quality task comes while it does, and waits for the
+    lease. Every job takes its dataset's lease before any slot or gate of the shared
+    application, so the waiting task holds nothing the CLI's jobs need: both finish, neither
+    ends in ``WriterBusyError`` after ``LOGLAKE_WRITER_WAIT_SECONDS``.
+
+    The scheduled run's side is its tasks' own code (the DAG's planning function and
+    ``LoglakeSparkSubmitOperator.execute``, as a LocalExecutor worker runs them) without the
+    scheduler, which does not let a test choose when a task starts against a typed command."""
+    import structlog.testing  # Airflow's task loggers are structlog's
+    from loglake_airflow.operators import LoglakeSparkSubmitOperator
+    from loglake_airflow.plans import batch_args
+
+    config = airflow_worker
+    ds = config.dataset("job_views")
+    produce(config, ds, 1000, bad_fraction=0.05, seed=24, progress=False)
+    shared_app.wait_idle(config, timeout=60)
+    # The scheduled run: its planning task, then its recompute task (the lease taken and let go
+    # by the job in the application).
+    [args] = [a for a in batch_args("loglake_batch/scheduled__lock-order")["args"] if a[1] == ds.name]
+    LoglakeSparkSubmitOperator(task_id="recompute", job="batch", application_args=args).execute({})
+
+    # `loglake batch job_views` typed now; the run's quality task comes once the command holds the lease.
+    t0 = time.monotonic()
+    cli = subprocess.Popen(loglake_command("batch", ds.name), env=command_env(config), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: str((DatasetLock(config, ds.name).holder() or {}).get("run_id")).startswith("cli-"), 60,
+                 "loglake batch to take the dataset's lease")
+        quality = LoglakeSparkSubmitOperator(task_id="quality", job="quality", application_args=args)
+        said: dict = {}
+
+        def scheduled_quality():
+            try:
+                said["summary"] = quality.execute({})
+            except Exception as e:  # the task's failure, as Airflow would record it
+                said["error"] = f"{type(e).__name__}: {e}"
+            said["seconds"] = time.monotonic() - t0
+
+        with structlog.testing.capture_logs() as task_log:  # what the task's log would show
+            task = threading.Thread(target=scheduled_quality)
+            task.start()
+            out, err = cli.communicate(timeout=WRITER_WAIT_SECONDS + 120)
+            cli_seconds = time.monotonic() - t0
+            task.join(WRITER_WAIT_SECONDS + 120)
+        lines = [entry["event"] for entry in task_log]
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    print(f"loglake batch: {cli_seconds:.1f}s; the scheduled quality task: {said.get('seconds', -1):.1f}s")
+    assert cli.returncode == 0, out + err
+    assert "quality job_views: 2 expectation(s) on" in out and "passed; published" in out, out
+    # The task came while the command held the lease, and waited for it.
+    assert any("job_views is being written by batch run cli-" in line for line in lines), lines
+    assert "error" not in said, f"the scheduled run's quality task failed: {said['error']}"
+    assert said["summary"]["published"] is True and said["summary"]["shared_application"] is True, said
+    # Both ended when their work did, not when a wait for the lease gave up.
+    assert max(cli_seconds, said["seconds"]) < WRITER_WAIT_SECONDS
+    assert batch_watermarks(config, ds) == {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items() if hi}
+
+
+def test_a_lease_holders_job_runs_while_jobs_of_its_dataset_wait_for_the_lease(served):
+    """A job waiting for its dataset's lease holds no slot of the shared application: with as
+    many jobs of the dataset waiting as it runs at a time (``LOGLAKE_SPARK_JOBS_CONCURRENCY``,
+    2), the lease holder's own job (``loglake batch`` between its batch and quality jobs, as
+    ``loglake.jobs.launch.run_job`` sends it) still runs at once."""
+    config = served
+    ds = config.dataset("company_ceos")
+    produce(config, ds, 40, seed=26, progress=False)
+    plan = plan_batch(config, ds)
+    shared_app.wait_idle(config, timeout=60)
+    answer: dict = {}
+    with writer(config, ds.name, "batch", "cli-holds", export=False) as token:
+        # Two jobs of the dataset without its lease (a scheduled run's task, the maintenance DAG's).
+        waiting = [_raw_request(config, {"job": "batch", "argv": JobRequest("batch", ds.name, plan, f"waits-{i}").argv(),
+                                         **shared_app.identity(config)}) for i in range(2)]
+        wait_for(lambda: len((shared_app.ping(config) or {}).get("running") or {}) == 2, 30,
+                 "the two jobs to be accepted")
+        time.sleep(1)  # they wait for the lease we hold
+        holder = threading.Thread(target=lambda: answer.update(sent=shared_app.submit(
+            config, JobRequest("batch", ds.name, plan, "cli-holds"), output=lambda _t: None, lease=token)))
+        holder.start()
+        holder.join(WRITER_WAIT_SECONDS / 2)
+        ran = not holder.is_alive()
+        still_waiting = len((shared_app.ping(config) or {}).get("running") or {})
+        for conn in waiting:  # their callers go away: they stop waiting, never write
+            conn.close()
+        holder.join(120)
+    assert ran, "the lease holder's job did not run while two jobs of its dataset waited for the lease"
+    assert still_waiting == 2  # they still waited for the lease: the holder's job did not wait for them to give up
+    code, summary = answer["sent"]
+    assert code == 0 and summary["shared_application"] is True, summary
+    shared_app.wait_idle(config, timeout=60)
+    assert DatasetLock(config, ds.name).holder() is None
+    assert {r["run_id"] for r in ledger_rows(config, ds)} & {"waits-0", "waits-1"} == set()
 
 
 # make test-long only: a fault scenario (the application killed mid-job); jobs in the shared application are
