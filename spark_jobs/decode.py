@@ -9,8 +9,10 @@ here). What does not decode gets its own reason, with the record's provenance:
 
 - ``no_magic_byte``: the value does not start with the magic byte and an id;
 - ``unknown_schema_id``: the id is not a version of the dataset's subject;
-- ``incompatible_schema``: its writer's schema is one the tables cannot hold (a field they
-  have dropped or retyped: ``loglake.schemaregistry.resolve``);
+- ``incompatible_schema``: its writer's schema is one the tables cannot hold: a version refused
+  as their schema, or one their schema cannot read (``loglake.schemaregistry.resolve``). Every
+  other writer is one the reader's schema reads (Avro: by Avro's own rules), so no valid record
+  is ``undecodable`` because of the schema loglake chose;
 - ``undecodable``: the payload does not decode with its writer's schema;
 - as for JSON topics: ``oversized``, ``null_value`` (events), ``null_key`` and ``key_mismatch``
   (changelogs).

@@ -1,5 +1,6 @@
-"""Avro schemas as loglake sees them: the Spark type of each field, whether a writer's
-schema can be read as the table's, and the Avro schema of a JSON dataset's conf.
+"""Avro schemas as loglake sees them: the Spark type of each field, whether records written
+with one schema can be read with another (Avro's own rules, in a JVM), and the Avro schema of a
+JSON dataset's conf.
 
 The Spark types are those Spark's own Avro reader (``from_avro``, spark-avro) gives, so the
 columns the tables are created with are the columns decoding fills:
@@ -11,21 +12,27 @@ columns the tables are created with are the columns decoding fills:
 - a union with null → the other branch, nullable; [int, long] → bigint; [float, double] → double;
   other unions → struct<member0, member1, …>.
 
-No Spark here: the CLI, the producer and the jobs share it.
+No Spark here: the CLI, the producer and the jobs share it. Readability is Avro's
+``SchemaCompatibility`` (``compatibility``), asked in this process's Spark driver when it has one,
+else in a small JVM started for the question with the Avro jar pyspark ships.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
-from typing import Any
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from loglake.core.config import Dataset, RegistryField
+from loglake.core.errors import SetupError
 
 _PRIMITIVE = {"boolean": "boolean", "int": "int", "long": "bigint", "float": "float", "double": "double",
               "bytes": "binary", "string": "string", "null": "void"}
-# Reading a writer's type as the reader's: Avro's promotions (the specification's "schema resolution").
-_PROMOTES = {("int", "bigint"), ("int", "float"), ("int", "double"), ("bigint", "float"), ("bigint", "double"),
-             ("float", "double"), ("string", "binary"), ("binary", "string")}
 
 
 class _Types:
@@ -101,11 +108,6 @@ class _Types:
         return "struct<" + ",".join(f"member{i}:{t}" for i, t in enumerate(rest)) + ">", nullable
 
 
-def promotes(writer: str, reader: str) -> bool:
-    """A value of type ``writer`` reads as ``reader`` (Avro's promotions; JSON's integer as number)."""
-    return (writer, reader) in _PROMOTES
-
-
 def parse(schema_str: str) -> dict:
     schema = json.loads(schema_str)
     if not isinstance(schema, dict) or schema.get("type") != "record":
@@ -127,13 +129,137 @@ def fields(schema_str: str) -> dict[str, RegistryField]:
     return out
 
 
-def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
-    """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``
-    (None: they can). Avro's resolution: each reader field is the writer's (the same type or
-    one Avro promotes to it), or absent from the writer and then null or its default."""
-    from loglake.schemaregistry import refusal as fields_refusal
+# --- which records a schema reads: Avro's own rules, in a JVM -------------------------------
 
-    return fields_refusal(reader, fields(writer_str), promotes)
+# Avro's verdict on (reader, writer) by the hash of the two texts: it depends on them alone, so a
+# process asks once (the stream resolves its subject again whenever a version is added).
+_verdicts: dict[bytes, str | None] = {}
+# What Avro's schema classes need, as pyspark ships them (and py4j's, to ask them from here).
+_JARS = ("avro-1", "jackson-core-", "jackson-databind-", "jackson-annotations-", "slf4j-api-", "py4j-")
+
+
+@contextmanager
+def compatibility() -> Iterator[Callable[[str, str], str | None]]:
+    """``cannot_read(reader, writer)``: why Avro cannot read records written with schema
+    ``writer`` as schema ``reader`` (None: it can), in Avro's own words: each incompatibility
+    ``org.apache.avro.SchemaCompatibility.checkReaderWriterCompatibility`` finds, at the reader's
+    field it names (``field 'campaign': READER_FIELD_MISSING_DEFAULT_VALUE``). A text that is not
+    an Avro schema raises ``ValueError``.
+
+    Asked in a JVM: this process's Spark driver's when it has one (a job, the stream, the shared
+    application); else (the CLI, Airflow) one started for the scope of the ``with`` the first time
+    a verdict is not known yet, with pyspark's Avro jar and nothing else (about a second). A
+    subject of one version asks nothing."""
+    own = None
+
+    def cannot_read(reader: str, writer: str) -> str | None:
+        nonlocal own
+        if reader == writer:  # a schema reads its own records: nothing to ask
+            return None
+        key = hashlib.sha256(json.dumps([reader, writer]).encode()).digest()
+        if key in _verdicts:
+            return _verdicts[key]
+        jvm = _driver_jvm()
+        if jvm is None:
+            if own is None:
+                own = _start_jvm()
+            jvm = own.jvm
+        verdict = _check(jvm, reader, writer)
+        _verdicts[key] = verdict
+        return verdict
+
+    try:
+        yield cannot_read
+    finally:
+        if own is not None:
+            own.shutdown()
+
+
+def _driver_jvm():
+    """The JVM of this process's Spark driver, None when it has none. A job under spark-submit
+    has one before its session starts (spark-submit starts the JVM, then Python with its gateway's
+    port): it is joined as the session would join it."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkContext
+
+        SparkContext._ensure_initialized()
+        return SparkContext._jvm
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext._jvm
+
+
+def _start_jvm():
+    """A JVM of this process's own with Avro on its class path, reached through py4j (with a
+    secret, as pyspark's own gateway is; it exits with this process at the latest)."""
+    from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+
+    from loglake.core.paths import java_executable
+
+    spec = importlib.util.find_spec("pyspark")
+    shipped = Path(list(spec.submodule_search_locations)[0]) / "jars" if spec and spec.submodule_search_locations \
+        else None
+    found = {prefix: sorted(shipped.glob(f"{prefix}*.jar")) if shipped else [] for prefix in _JARS}
+    missing = [prefix.rstrip("-") for prefix, paths in found.items() if not paths]
+    if missing:
+        raise SetupError(f"Avro's schema rules are asked in a JVM with the jars pyspark ships; not found in "
+                         f"{shipped or 'pyspark (not installed)'}: {', '.join(missing)}. Run `make setup`")
+    jars = {prefix: str(paths[-1]) for prefix, paths in found.items()}
+    port, token = launch_gateway(jarpath=jars["py4j-"], classpath=os.pathsep.join(jars.values()),
+                                 javaopts=["-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+                                 die_on_exit=True, enable_auth=True, java_path=java_executable())
+    return JavaGateway(gateway_parameters=GatewayParameters(port=port, auth_token=token))
+
+
+def _check(jvm, reader: str, writer: str) -> str | None:
+    """Avro's verdict on reading ``writer``'s records as ``reader``, asked in ``jvm``."""
+    from py4j.protocol import Py4JJavaError
+
+    avro = jvm.org.apache.avro
+    schemas = []
+    for text in (reader, writer):
+        try:
+            schemas.append(avro.Schema.Parser().parse(text))  # a parser each: both may name one record
+        except Py4JJavaError as e:
+            raise ValueError(f"not an Avro schema: {e.java_exception.getMessage()}") from None
+    result = avro.SchemaCompatibility.checkReaderWriterCompatibility(*schemas).getResult()
+    if result.getCompatibility().toString() == "COMPATIBLE":
+        return None
+    said = []
+    for found in result.getIncompatibilities():
+        path, message = _field_at(reader, found.getLocation()), found.getMessage()
+        where = f"field {'.'.join(path)!r}" if path else "the record"
+        detail = f" ({message})" if message and message != (path[-1] if path else None) else ""
+        said.append(f"{where}: {found.getType().toString()}{detail}")
+    return "; ".join(said)
+
+
+def _field_at(schema_str: str, location: str) -> list[str]:
+    """The names of the reader's fields down to where a ``SchemaCompatibility`` location
+    (``/fields/4/type/items/fields/1``) points (``["lines", "qty"]``; [] at the record itself).
+    The path stops where the schema names a type defined elsewhere, or at a union's branch (its
+    index may be the writer's)."""
+    node: Any = json.loads(schema_str)
+    names: list[str] = []
+    parts = [p for p in location.split("/") if p]
+    i = 0
+    while i < len(parts) and isinstance(node, dict):
+        part = parts[i]
+        if part == "fields" and i + 1 < len(parts) and isinstance(node.get("fields"), list):
+            try:
+                node = node["fields"][int(parts[i + 1])]
+            except (ValueError, IndexError):
+                break
+            names.append(str(node.get("name")))
+            i += 2
+        elif part in ("type", "items", "values") and part in node:
+            node = node[part]
+            i += 1
+        else:
+            break
+    return names
 
 
 # --- a JSON dataset's conf as an Avro schema (``loglake produce --format avro``) ------------

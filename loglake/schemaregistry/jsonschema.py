@@ -19,9 +19,13 @@ import json
 from typing import Any
 
 from loglake.core.config import RegistryField
-from loglake.schemaregistry.avro import promotes
 
 _SCALAR = {"integer": "bigint", "number": "double", "boolean": "boolean"}
+
+
+def promotes(writer: str, reader: str) -> bool:
+    """A value of type ``writer`` reads as ``reader``: an integer as a number."""
+    return (writer, reader) == ("bigint", "double")
 
 
 def _spark(p: Any, path: str) -> tuple[str, bool]:

@@ -5,19 +5,28 @@ resolves the dataset before it reads: ``resolve`` returns the dataset with the f
 version its tables take (``Dataset.registry``), and every version of the subject records may
 carry, each with why the tables cannot hold it, if they cannot.
 
-loglake's own rules of schema change (``loglake.ledger.schemas``) decide: the tables take the
-subject's newest version when the change from the version they recorded last is additive
-(new optional fields: old rows read null); a newer version that would change or drop a column
-they hold is refused, naming the field and the versions, and the tables stay at the newest
-version they can take. Records are decoded with their own writer's schema and read as the
-tables' (Avro's resolution); those whose writer's schema the tables cannot hold are
-quarantined as ``incompatible_schema``.
+Two rules decide, and the tables take the subject's newest version that passes both:
+
+- loglake's own rules of schema change (``loglake.ledger.schemas``): the change from the version
+  they recorded last is additive (new optional fields: old rows read null); a version that would
+  change or drop a column they hold is refused;
+- the format's rules of reading: the version, as the reader's schema, reads the records of every
+  version the tables held before it (for Avro, Avro's own ``SchemaCompatibility``:
+  ``loglake.schemaregistry.avro.compatibility``). A field added as ``["null", ...]`` without a
+  default is refused so: Avro reads no record written before it with such a reader.
+
+A refused version is named with why (field, versions, the format's reason) and never applied;
+the tables stay at the newest version they can take. Records are decoded with their own
+writer's schema and read as the tables' (Avro's resolution); those written with a refused
+version, or with one the tables' schema cannot read, are quarantined as ``incompatible_schema``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from pydantic import ValidationError
 
@@ -71,31 +80,100 @@ def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> 
         raise ConfigError(f"dataset {ds.name} is {ds.format} but subject {ds.subject_name} version {wrong[0].version} "
                           f"is {wrong[0].schema_type}", key=f"datasets.{ds.name}.format")
     newest = found[-1]
-    reader, refused, why = newest, None, None
     recorded, columns = recorded_versions(config, ds), table_columns(config, ds)  # read once for every candidate
-    for candidate in reversed(found):
-        breaking = breaking_changes(config, with_fields(ds, candidate), recorded, columns)
-        if not breaking:
-            reader = candidate
-            break
-        if candidate is newest:
-            refused, why = newest.version, describe_changes(breaking)
-    else:
-        # Not one version fits what the tables hold (a subject deleted and made anew): the
-        # newest is refused like a conf change would be.
-        raise ConfigError(f"dataset {ds.name}: no version of subject {ds.subject_name} fits its tables ({why})",
-                          key=f"datasets.{ds.name}.subject")
-    table = with_fields(ds, reader)
-    writers = tuple(WriterSchema(id=v.id, version=v.version, schema_str=v.schema_str,
-                                 refused=_writer_refusal(ds, v, reader, table)) for v in found)
+    with readability(ds) as cannot_read:
+        came = as_they_came(ds, found, cannot_read)
+        reader, refusals = None, {}
+        for candidate in reversed(found):
+            why = came[candidate.version]
+            if why is None:
+                breaking = breaking_changes(config, with_fields(ds, candidate), recorded, columns)
+                why = describe_changes(breaking) if breaking else None
+            if why is None:
+                reader = candidate
+                break
+            refusals[candidate.version] = why
+        if reader is None:
+            # Not one version fits what the tables hold (a subject deleted and made anew): the
+            # newest is refused like a conf change would be.
+            raise ConfigError(f"dataset {ds.name}: no version of subject {ds.subject_name} fits its tables "
+                              f"({refusals[newest.version]})", key=f"datasets.{ds.name}.subject")
+        writers = tuple(WriterSchema(id=v.id, version=v.version, schema_str=v.schema_str,
+                                     refused=_writer_refusal(ds, v, reader, refusals.get(v.version), cannot_read))
+                        for v in found)
+    refused = newest.version if newest.version in refusals else None
+    why = None
     if refused is not None:
-        why = (f"subject {ds.subject_name} version {refused} is refused as the tables' schema: {why}; they stay at "
-               f"version {reader.version}")
+        why = (f"subject {ds.subject_name} version {refused} is refused as the tables' schema: {refusals[refused]}; "
+               f"they stay at version {reader.version}")
     key_writers, key_field = key_schemas(config, ds) if ds.key_format != "string" else ((), None)
     schemas = RegistrySchemas(subject=ds.subject_name, version=reader.version, id=reader.id, reader=reader.schema_str,
                               writers=writers, refused_version=refused, refused=why, key_writers=key_writers,
                               key_field=key_field)
     return with_fields(ds, reader, schemas)
+
+
+Readability = Callable[[Version, Version], "str | None"]
+
+
+@contextmanager
+def readability(ds: Dataset) -> Iterator[Readability]:
+    """``cannot_read(reader, writer)``: why records written with version ``writer`` cannot be
+    read with version ``reader`` as the reader's schema (None: they can). Avro: Avro's own
+    ``SchemaCompatibility`` (``avro.compatibility``); JSON Schema and Protobuf: the writer's
+    fields against the reader's, by name (``loglake.schemaregistry.refusal``). A writer's text
+    that is not a schema of the format cannot be read."""
+    if ds.format == "avro":
+        with avro.compatibility() as check:
+            yield lambda reader, writer: _or_unreadable(check, reader.schema_str, writer.schema_str)
+        return
+    kind = KINDS[ds.format]
+    yield lambda reader, writer: _or_unreadable(lambda r, w: kind.refusal(kind.fields(r), w), reader.schema_str,
+                                                writer.schema_str)
+
+
+def _or_unreadable(check: Callable[[str, str], str | None], reader: str, writer: str) -> str | None:
+    try:
+        return check(reader, writer)
+    except (ValueError, KeyError, TypeError) as e:
+        return f"it is not a schema loglake can read: {e}"
+
+
+def as_they_came(ds: Dataset, found: list[Version], cannot_read: Readability) -> dict[int, str | None]:
+    """For each version of the subject (oldest first), why the tables could not take it as
+    their schema when it came after the versions before it (None: they could): loglake's rules
+    of schema change against the version they held then, and ``cannot_read`` against every
+    version whose records they held (those that version reads). A version refused leaves the
+    tables where they were, so a later version that mends it is judged by the versions whose
+    records really landed, not by the refused one's.
+
+    Only the subject's versions decide here, not the ledger: every process that resolves the
+    subject (the stream, a batch job, ``loglake status``) comes to the same answer."""
+    from loglake.ledger.schemas import compare, describe_changes, spec_of
+
+    out: dict[int, str | None] = {}
+    held_spec: dict | None = None
+    held: list[Version] = []  # the versions whose records the tables read then
+    for i, v in enumerate(found):
+        try:
+            spec = spec_of(with_fields(ds, v))
+        except ConfigError as e:
+            out[v.version] = str(e)
+            continue
+        if held_spec is not None:
+            breaking = [c for c in compare(held_spec, spec) if c.breaking]
+            unread = next(((w, why) for w in held if (why := cannot_read(v, w)) is not None), None)
+            said = [describe_changes(breaking)] if breaking else []
+            if unread is not None:
+                said.append(f"it cannot read the records of version {unread[0].version} (id {unread[0].id}): "
+                            f"{unread[1]}")
+            if said:
+                out[v.version] = "; ".join(said)
+                continue
+        out[v.version] = None
+        held_spec = spec
+        held = [w for w in found[:i + 1] if cannot_read(v, w) is None]
+    return out
 
 
 def key_schemas(config: Config, ds: Dataset) -> tuple[tuple[WriterSchema, ...], str | None]:
@@ -154,11 +232,11 @@ def _json_key(schema_str: str) -> tuple[str | None, str]:
 KEYS = {"avro": _avro_key, "json-schema": _json_key}
 
 
-def _writer_refusal(ds: Dataset, v: Version, reader: Version, table: Dataset) -> str | None:
-    try:
-        problem = KINDS[ds.format].refusal(table.fields, v.schema_str)
-    except (ValueError, KeyError, TypeError) as e:
-        problem = f"it is not a schema loglake can read: {e}"
+def _writer_refusal(ds: Dataset, v: Version, reader: Version, refused: str | None,
+                    cannot_read: Readability) -> str | None:
+    """Why the tables (at version ``reader``) hold no record written with ``v`` (None: they
+    do): ``v`` was refused as their schema (``refused``: why), or the reader cannot read it."""
+    problem = f"it is refused as the tables' schema ({refused})" if refused is not None else cannot_read(reader, v)
     if problem is None:
         return None
     return (f"written with subject {ds.subject_name} version {v.version} (id {v.id}), which the tables (version "

@@ -186,7 +186,8 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
         "no_magic_byte": 1, "unknown_schema_id": 1, "undecodable": 1, "incompatible_schema": 5}
     assert "2000000000 is not a version of subject" in q["unknown_schema_id"]["reason"]
     assert f"schema id {v1}" in q["undecodable"]["reason"]
-    assert "version 3" in q["incompatible_schema"]["reason"] and "'amount'" in q["incompatible_schema"]["reason"]
+    assert "version 3" in q["incompatible_schema"]["reason"]
+    assert "amount: removed" in q["incompatible_schema"]["reason"]
     assert q["no_magic_byte"]["value"] == json.dumps({"order_id": 1}).encode()
     speed = rows(spark, config.table_path(ds, "speed"))
     assert speed.count() == 20
@@ -216,6 +217,167 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
     left = rows(spark, config.table_path(ds, "quarantine")).groupBy("reason_code").count().collect()
     assert {r["reason_code"]: r["count"] for r in left} == {"no_magic_byte": 1, "unknown_schema_id": 1,
                                                            "undecodable": 1}
+
+
+# A field added as a union with null but without a default: Avro cannot read the records written
+# before it with this version as the reader (its rules ask for the default), so it must not
+# become the tables' schema.
+NO_DEFAULT = {**V1, "fields": [*V1["fields"], {"name": "campaign", "type": ["null", "string"]}]}
+# The fix: the same field with its default.
+WITH_DEFAULT = {**V1, "fields": [*V1["fields"], {"name": "campaign", "type": ["null", "string"], "default": None}]}
+
+
+def test_a_version_avro_cannot_read_the_tables_records_with_is_refused_while_the_stream_runs(spark, config):
+    from loglake.ops.audit import audit_dataset
+    from loglake.serving.spark import query as serve
+    from spark_jobs.streaming import start_stream
+
+    ds = config.dataset("orders")
+    w = Writer(config, ds)
+    from loglake.kafka.admin import ensure_topic
+
+    ensure_topic(config, ds)
+    w.register(V1)
+    w.write(V1, [order(i) for i in range(1, 61)])
+    stream, _recorder = start_stream(spark, config, ds)
+    try:
+        stream.processAllAvailable()
+        # Registered while the query runs (the stream's registry follower, not a restart, meets it).
+        w.register(NO_DEFAULT)
+        w.write(NO_DEFAULT, [{**order(i), "campaign": f"c{i}" if i % 2 else None} for i in range(61, 81)])
+        w.write(V1, [order(i) for i in range(81, 101)])  # older producers keep writing version 1
+        stream.processAllAvailable()
+        assert stream.exception() is None
+    finally:
+        stream.stop()
+    publish_all(spark, config, ds)
+
+    v1_ids = set(range(1, 61)) | set(range(81, 101))
+    for layer in ("speed", "batch"):
+        table = rows(spark, config.table_path(ds, layer))
+        assert {r["order_id"] for r in table.collect()} == v1_ids, layer  # every valid record, none quarantined
+        assert "campaign" not in table.columns, layer  # the refused version was never applied
+        q = rows(spark, config.table_path(ds, "quarantine")).where(F.col("_layer") == layer).collect()
+        assert {r["reason_code"] for r in q} == {"incompatible_schema"} and len(q) == 20, layer
+    reason = q[0]["reason"]
+    assert f"subject {ds.subject_name} version 2" in reason and "campaign" in reason, reason
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in reason, reason  # Avro's own word for it
+    assert serve(spark, config, "SELECT count(*) AS n FROM orders").first()["n"] == len(v1_ids)
+    assert audit_dataset(config, ds, record=False).ok
+
+    # The way forward: the field again, with its default. The tables take it (Avro reads both
+    # earlier versions' records with it), so a replay of incompatible_schema (which
+    # test_each_kind_of_bad_record_is_quarantined_with_its_reason runs) moves version 2's records.
+    w.register(WITH_DEFAULT)
+    mended = resolve(config, ds).registry
+    assert mended.version == 3 and mended.refused is None and [v.refused for v in mended.writers] == [None] * 3
+
+
+def record(*fields: dict, name: str = "Order") -> str:
+    return json.dumps({"type": "record", "name": name, "namespace": "shop", "fields": [ID, *fields]})
+
+
+ID = {"name": "order_id", "type": "long"}
+WHO = {"name": "who", "type": "string"}
+
+
+def status(*symbols: str) -> dict:
+    return {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": list(symbols)}}
+
+
+def lines(*more: dict) -> dict:
+    return {"name": "lines", "type": {"type": "array", "items": {
+        "type": "record", "name": "Line", "fields": [{"name": "sku", "type": "string"}, *more]}}}
+
+
+# Records written with one schema read with another: what Avro says (None: it reads them; else its
+# incompatibility and the reader's field it names), and which of the two versions the tables take
+# when the second is registered after the first (loglake's rules of schema change and Avro's).
+READS = [
+    # (case, writer: version 1, reader: version 2, Avro's verdict, the version the tables take)
+    ("a field added with a default", record(WHO), record(WHO, {"name": "x", "type": ["null", "int"], "default": None}),
+     None, 2),
+    ("a field added as a union with null, no default", record(WHO),
+     record(WHO, {"name": "campaign", "type": ["null", "string"]}),
+     ("READER_FIELD_MISSING_DEFAULT_VALUE", "campaign"), 1),
+    ("a field added without a default", record(WHO), record(WHO, {"name": "n", "type": "int"}),
+     ("READER_FIELD_MISSING_DEFAULT_VALUE", "n"), 1),
+    ("a field removed", record(WHO), record(), None, 1),  # Avro reads it; the tables keep their column
+    ("a field the writer lacks", record(), record(WHO), ("READER_FIELD_MISSING_DEFAULT_VALUE", "who"), 1),
+    ("int promoted to long", record({"name": "n", "type": "int"}), record({"name": "n", "type": "long"}), None, 1),
+    ("long read as int", record({"name": "n", "type": "long"}), record({"name": "n", "type": "int"}),
+     ("TYPE_MISMATCH", "n"), 1),
+    ("string read as bytes", record(WHO), record({"name": "who", "type": "bytes"}), None, 1),
+    ("an enum symbol added", record(status("NEW", "PAID")), record(status("NEW", "PAID", "SENT")), None, 2),
+    ("an enum symbol dropped", record(status("NEW", "PAID")), record(status("NEW")),
+     ("MISSING_ENUM_SYMBOLS", "status"), 1),
+    ("null no longer allowed", record({"name": "who", "type": ["null", "string"], "default": None}), record(WHO),
+     ("TYPE_MISMATCH", "who"), 1),
+    ("a nested record's field added without a default", record(lines()), record(lines({"name": "qty", "type": "int"})),
+     ("READER_FIELD_MISSING_DEFAULT_VALUE", "lines.qty"), 1),
+    ("the record renamed", record(WHO), record(WHO, name="Purchase"), ("NAME_MISMATCH", None), 1),
+    ("the record renamed with an alias", record(WHO),
+     json.dumps({**json.loads(record(WHO, name="Purchase")), "aliases": ["shop.Order"]}), None, 2),
+]
+
+ASK_WITHOUT_SPARK = """
+import json, sys
+from loglake.schemaregistry import avro
+with avro.compatibility() as cannot_read:
+    said = [cannot_read(r, w) for r, w in json.load(sys.stdin)]
+print(json.dumps({"said": said, "spark": "pyspark" in sys.modules}))
+"""
+
+
+def test_whether_a_schema_reads_a_writers_records_is_avros_own_rule_with_spark_or_without(spark):
+    import subprocess
+    import sys
+
+    from loglake.schemaregistry import avro
+
+    with avro.compatibility() as cannot_read:  # this process runs a Spark driver: its JVM answers
+        said = [cannot_read(reader, writer) for _case, writer, reader, _avro, _taken in READS]
+    for (case, _w, _r, expected, _taken), got in zip(READS, said):
+        if expected is None:
+            assert got is None, f"{case}: {got}"
+        else:
+            kind, field = expected
+            assert got is not None and kind in got, f"{case}: {got}"
+            assert (f"field {field!r}" if field else "the record") in got, f"{case}: {got}"
+    # Without Spark (the CLI, Airflow): a JVM of its own, the same words.
+    out = subprocess.run([sys.executable, "-c", ASK_WITHOUT_SPARK], capture_output=True, text=True, timeout=120,
+                         input=json.dumps([(reader, writer) for _c, writer, reader, _a, _t in READS]))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"said": said, "spark": False}
+
+
+def test_the_tables_take_a_version_only_when_it_reads_the_records_before_it(config):
+    from loglake.schemaregistry import Version
+
+    ds = config.dataset("orders")
+    for case, writer, reader, avro_says, taken in READS:
+        v1, v2 = Version(1, 101, "AVRO", writer), Version(2, 102, "AVRO", reader)
+        schemas = resolve(config, ds, [v1, v2]).registry
+        assert schemas.version == taken, f"{case}: {schemas.refused}"
+        if taken == 2:
+            assert schemas.refused is None and [w.refused for w in schemas.writers] == [None, None], case
+            continue
+        # Refused by name, and never applied: its records are not read as the tables'.
+        assert f"subject {ds.subject_name} version 2 is refused" in schemas.refused, case
+        if avro_says is not None:
+            assert "cannot read the records of version 1" in schemas.refused and avro_says[0] in schemas.refused, case
+        assert schemas.writers[0].refused is None, case
+        assert "version 2 (id 102), which the tables (version 1) cannot hold" in schemas.writers[1].refused, case
+
+    # A version refused leaves the tables where they were: the version that mends it is judged by
+    # the records that landed (version 1's), not by the refused one's.
+    v1 = Version(1, 101, "AVRO", record(WHO))
+    dropped = Version(2, 102, "AVRO", record())  # who dropped: a column the tables hold
+    mended = Version(3, 103, "AVRO", record(WHO, {"name": "x", "type": ["null", "int"], "default": None}))
+    schemas = resolve(config, ds, [v1, dropped, mended]).registry
+    assert schemas.version == 3 and schemas.refused is None
+    assert [w.refused is None for w in schemas.writers] == [True, False, True]
+    assert "field 'who': READER_FIELD_MISSING_DEFAULT_VALUE" in schemas.writers[1].refused
 
 
 # A flat schema loglake's own generator can fill (``loglake produce``'s path).
