@@ -267,7 +267,7 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
     else:
         rows.append(ProcessState("kafka", None, True, config.kafka.bootstrap_servers, label="external".ljust(18)))
     registry = schema_registry(config)
-    if registry is not None:
+    if registry is not None and registry_wanted(config):  # JSON datasets alone: up does not start it
         pid = registry.pid()
         rows.append(ProcessState("registry", pid, pid is not None, config.registry.url))
     for stream in streams(config):

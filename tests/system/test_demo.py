@@ -141,6 +141,9 @@ def test_the_readme_first_command_on_a_fresh_state(demo, tmp_path):
     for name in ["kafka", "spark-jobs", *(f"speed-{n}" for n in names), *(f"airflow-{c}" for c in COMPONENTS)]:
         assert any(line.split()[:2] == [name, "running"] for line in status.stdout.splitlines()), status.stdout
     assert f"{af.url} (healthy)" in status.stdout
+    # Not started, so not listed as a process (nor counted down); the registry line says so.
+    assert not any(line.split()[:1] == ["registry"] for line in status.stdout.splitlines()), status.stdout
+    assert f"registry: {config.registry.url} (not running)" in status.stdout
     # Both datasets' streams in one Spark application: one driver JVM for the speed layer.
     assert len(spark_drivers(Managed(config.home, "speed").pid())) == 1
     assert shared_app.ping(config)["served"] >= 2 * len(names)
