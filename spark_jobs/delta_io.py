@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 
 from loglake.core.objectstore import delta_location
 from loglake.core.retrying import attempts_made
+from loglake.ledger.leases import check_lease
 from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY, stream_batch
 from loglake.ledger.tables import open_table
 from loglake.serving.spark import table_exists  # one definition; the jobs call it as delta_io.table_exists
@@ -55,12 +56,18 @@ def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATT
     Returns ``(fn's result, attempts made)``. After ``attempts`` conflicts the last one
     is raised (transient, ``loglake.core.errors.is_transient``: a task-level retry may still
     succeed later); any other error at once. ``what`` names the operation in the log lines.
+    Each attempt of a dataset's writer first checks that its lease is still its own
+    (``check_lease``: a writer that lost it commits nothing more).
     """
     def say(attempt: int, error: BaseException, delay: float) -> None:
         print(f"loglake: {what}: Delta conflict ({type(error).__name__}) on attempt {attempt}/{attempts}; "
               f"retrying in {delay:.1f}s", file=sys.stderr, flush=True)
 
-    return attempts_made(fn, attempts=attempts, base_delay=base_delay, max_delay=max_delay, only=CONFLICTS,
+    def attempt() -> T:
+        check_lease(what)
+        return fn()
+
+    return attempts_made(attempt, attempts=attempts, base_delay=base_delay, max_delay=max_delay, only=CONFLICTS,
                          on_retry=say)
 
 
@@ -115,6 +122,7 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     """
     if not _holds(spark, path, predicate):
         with named(spark, "append rows"):
+            check_lease(f"append rows to {path}")
             to_delta(df, "append", stats).option("mergeSchema", "true").save(path)
         return 1
     with (pause or nullcontext)(), named(spark, "replace rows"):
@@ -175,6 +183,7 @@ def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = No
     that exists without them."""
     writer = to_delta(df.limit(0), "ignore", stats).options(**(properties or {}))
     with named(df.sparkSession, "create the table"):
+        check_lease(f"create {path}")
         writer.save(path)
     if properties:
         ensure_properties(df.sparkSession, path, properties)
@@ -211,9 +220,14 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     """
     writer = (to_delta(df, "append", stats).option("mergeSchema", "true")
               .option("userMetadata", json.dumps(stream_metadata(app_id, version, metadata), sort_keys=True)))
-    if checked:
-        writer = writer.option("txnAppId", app_id).option("txnVersion", version)
-    writer.save(path)
+    if not checked:
+        writer.save(path)
+        return
+    # Checked, the commit is a compare-and-swap on the app id's version: one that raced another
+    # commit of the same app id fails its conflict check (ConcurrentTransactionException); made
+    # again, it reads that commit's version and is skipped if (app_id, version) landed.
+    writer = writer.option("txnAppId", app_id).option("txnVersion", version)
+    retry_conflicts(lambda: writer.save(path), f"append batch {version} of {app_id} to {path}")
 
 
 def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | None = None, *,
@@ -222,23 +236,37 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
     columns): the same commit — its ``userMetadata``, its SetTransaction (app_id, version) —
     made by delta-rs, with no Spark job. A small append to a table costs delta-rs tens of
     milliseconds against Spark's hundreds (a speed micro-batch's quarantine append: CHANGELOG,
-    issue 26). ``checked``: skipped when (app_id, version) already landed (read from the log
-    first: one writer per app id, as ``append_idempotent``'s callers are). False when there is
-    no table at ``path`` yet: the caller appends with Spark, which creates it."""
-    from deltalake import CommitProperties, Transaction, write_deltalake  # deferred: only the speed layer's few rows
-    from deltalake.exceptions import TableNotFoundError
+    issue 26). False when there is no table at ``path`` yet: the caller appends with Spark,
+    which creates it.
 
-    if checked:
-        landed = committed_version(path, app_id)
-        if landed is not None and landed >= version:
-            return True
+    ``checked``: skipped when (app_id, version) already landed, as Spark's check does: the
+    version is read from the snapshot the commit is made on (delta-rs writes on the table
+    object it is given, without reading the log again), and delta-rs counts the app ids of a
+    commit's own SetTransaction as read, so a commit of the same app id landing after that
+    snapshot fails this one ("Concurrent transaction failed"); read again, it is skipped. (Read
+    from one snapshot and committed on a newer one, a batch another stream committed in between
+    would land twice.)"""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake  # deferred: the speed layer only
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
     uri, options = delta_location(path)
     props = CommitProperties(custom_metadata={"userMetadata": json.dumps(stream_metadata(app_id, version, metadata),
                                                                          sort_keys=True)},
                              app_transactions=[Transaction(app_id=app_id, version=version)])
+
+    def commit() -> None:
+        table = DeltaTable(uri, storage_options=options)
+        if checked:
+            landed = table.transaction_version(app_id)
+            if landed is not None and landed >= version:
+                return
+        write_deltalake(table, rows, mode="append", schema_mode="merge", commit_properties=props)
+
     try:
-        write_deltalake(uri, rows, mode="append", schema_mode="merge", storage_options=options,
-                        commit_properties=props)
+        attempts_made(commit, attempts=RETRY_ATTEMPTS, base_delay=0.1, max_delay=2.0, only=(CommitFailedError,),
+                      on_retry=lambda attempt, e, delay: print(
+                          f"loglake: append batch {version} of {app_id} to {path}: {e} (attempt {attempt}/"
+                          f"{RETRY_ATTEMPTS}); retrying in {delay:.1f}s", file=sys.stderr, flush=True))
     except TableNotFoundError:
         return False
     return True

@@ -31,7 +31,7 @@ from loglake.core.errors import ConfigError, ForeignCommitError, OffsetError, Qu
 from loglake.core.predicates import range_predicate
 from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import FailedExpectation, QualitySummary
-from loglake.ledger.leases import appends_paused
+from loglake.ledger.leases import appends_paused, check_lease
 from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import ledger_path
 from loglake.ledger.tables import staging_path, staging_root
@@ -210,10 +210,12 @@ def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: st
     if ds.kind == "changelog":
         # mergeSchema, never overwriteSchema: a column is never dropped from a served table
         # (a field's removal is refused at config load, loglake.ledger.schemas).
+        check_lease(f"swap in {ds.tables.batch}")
         delta_io.to_delta(staged["batch"], "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
     else:
         where = range_predicate(ranges)
+        check_lease(f"swap in {ds.tables.batch}")
         (delta_io.to_delta(staged["batch"].where(where), "overwrite", ds.stats_columns).option("replaceWhere", where)
          .option("mergeSchema", "true").save(batch_path))
         where = f"_layer = 'batch' AND ({where})"

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import BatchSummary, RebuildSummary
+from loglake.ledger.leases import check_lease
 from loglake.ledger.snapshots import pin
 from loglake.lifecycle.rebuilds import batch_plan, check_layer, from_watermark
 from loglake.schemaregistry.resolve import resolve
@@ -85,6 +86,7 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
         state = spark.read.format("delta").option("versionAsOf", batch_version).load(config.table_path(ds, "batch"))
         with delta_io.commit_metadata(spark, {"loglake_job": "rebuild", "loglake_run_id": run_id,
                                               "loglake_from_batch_version": batch_version}):
+            check_lease(f"rebuild {path}")
             delta_io.to_delta(state, "overwrite", ds.stats_columns).save(path)
     changes = None
     if ranges:

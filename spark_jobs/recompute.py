@@ -27,7 +27,7 @@ from loglake.core.predicates import range_predicate
 from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import BatchSummary
 from loglake.kafka.admin import dataset_bounds
-from loglake.ledger.leases import appends_paused
+from loglake.ledger.leases import appends_paused, check_lease
 from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import batch_watermarks
 from loglake.ledger.tables import staging_path
@@ -78,6 +78,7 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
     if ds.kind == "changelog":
         state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
         with phases("read_validate_write"):
+            check_lease(f"write {batch_path}")
             delta_io.to_delta(state, "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         with phases("quarantine"):
             _replace(parse.quarantine_rows(validated, "batch"), ds, quarantine_path,

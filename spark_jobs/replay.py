@@ -39,7 +39,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.offsets import OffsetRange
 from loglake.jobs.protocol import JobRequest
 from loglake.jobs.summaries import ReplaySummary
-from loglake.ledger.leases import appends_paused
+from loglake.ledger.leases import appends_paused, check_lease
 from loglake.ledger.planning import Plan, plan_batch
 from loglake.schemaregistry.resolve import resolve
 from loglake.serving.spark import serving_view
@@ -106,6 +106,7 @@ def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: Data
         rows = rows.join(held, POSITION, "left_anti")
     meta = {"loglake_job": "replay", "loglake_run_id": run_id, "loglake_schema_version": version}
     with delta_io.commit_metadata(spark, meta):
+        check_lease(f"append the replayed rows to {speed_path}")
         delta_io.to_delta(rows, "append", ds.stats_columns).option("mergeSchema", "true").save(speed_path)
         quarantine = config.table_path(ds, "quarantine")
         with appends_paused(config, ds.name, f"replay {run_id}: {ds.tables.quarantine}"):

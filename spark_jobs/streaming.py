@@ -5,6 +5,30 @@ The stream itself, shared by the speed job (``spark_jobs/speed.py``, under spark
 ``quarantine.<dataset>``, both as Delta appends tied to (stream id, batch id): a batch
 replayed after a crash is skipped by Delta instead of written twice. Only after the batch
 is committed does the stream record its position in the dataset's Kafka consumer group.
+
+Exactly once with more than one stream of a dataset on an object store (a stream paused past
+its lease's life while another took over, a host whose clock runs ahead, two replicas of one
+service): the lease decides which stream should run, but nothing here depends on it, nor on a
+clock. Two facts make every offset land once, whoever commits:
+
+1. *A micro-batch id names one offset range, for ever.* Spark plans batch N by creating
+   ``offsets/N`` in the checkpoint, and on the store every checkpoint file is created by one
+   conditional put (``If-None-Match: *``, ``io.loglake.storage.S3ConditionalCheckpointFileManager``;
+   S3A's own check-then-rename lets a stream that paused between its check and its rename
+   replace another's plan). Of two streams planning batch N, the second fails; a stream that
+   takes over replays the planned batch, the same range. The checkpoint's ``metadata`` (its id,
+   the stream's transaction app id) is created the same way.
+2. *A micro-batch's rows are committed at most once per table.* Each commit of batch N carries
+   Delta's transaction id (checkpoint id, N) and is checked: Delta (and delta-rs, from the same
+   snapshot it commits on) reads the table's recorded version for that app id and skips a batch
+   already there; a commit racing one of the same app id fails its conflict check
+   (``ConcurrentTransactionException``), is retried, and then skips. A skipped stale stream then
+   fails creating ``commits/N``, which the other created, and stops.
+
+So a batch lands once with the range it was planned with, and the next batch starts where it
+ended: no offset twice, none skipped. On a filesystem lake the ``flock`` of one machine keeps a
+second stream from running at all while the first lives, paused or not, and only a query's first
+micro-batch is checked (the cost: a reconstruction of the table's state per checked commit).
 """
 
 from __future__ import annotations
@@ -21,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import DataLossError
+from loglake.core.errors import DataLossError, StreamRunningError
 from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
 from loglake.jobs.summaries import SpeedSummary
 from loglake.kafka.admin import PositionCommitter, dataset_bounds, list_topics, log_bounds
@@ -38,7 +62,8 @@ from spark_jobs.kafka_source import source_options
 
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
-                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None) -> dict | None:
+                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None,
+                  lease: StreamLease | None = None) -> dict | None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
     Returns what it wrote (``records`` valid, ``quarantined`` per reason code), None for a
     replayed micro-batch whose rows had landed (its first run counted them).
@@ -56,9 +81,11 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     one once, in order, and one query runs per checkpoint: ``run_speed`` holds the dataset's
     ``stream_lease``): the others neither read the tables' logs for it nor ask Delta to check
     their transaction id, which costs a reconstruction of the table's state per commit
-    (``delta_io.append_idempotent``) — unless the stream is not sure of its lease (an object
-    store's lease not renewed lately, ``leases.StreamLease``): then they are checked too. Each commit records (stream, batch) and
-    ``schema_version`` (the version of the dataset's schema it validated under).
+    (``delta_io.append_idempotent``) — except on an object store, where the lease is no fence
+    and every micro-batch is checked (``leases.StreamLease.checked``; the module's docstring
+    says why that is exact). Each commit records (stream, batch) and
+    ``schema_version`` (the version of the dataset's schema it validated under). ``lease``: the
+    stream's, renewed (or found lost: ``StreamRunningError``) once the batch may commit.
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
     # stream to hold its appends meanwhile (loglake.ledger.leases.appends_paused): hold this batch.
@@ -66,6 +93,8 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     if request is not None:
         print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
               file=sys.stderr, flush=True)
+    if lease is not None:
+        lease.check()  # after a wait of any length: a stream whose lease was taken meanwhile stops here
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
     # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
     # paying its fixed part, for a ``small`` micro-batch. Coalesced to the cores (no shuffle),
@@ -393,8 +422,9 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
                 now["ds"] = resolved
         # Small: the previous micro-batch was (the next one is much like it at a steady rate).
         small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
-        # Unchecked only while this stream surely holds its lease (leases.StreamLease).
-        sure = lease is not None and lease.sure()
+        # Unchecked only under a lease no second stream can take while this one lives: a filesystem's
+        # flock (leases.StreamLease.checked).
+        unchecked = lease is not None and not lease.checked
         # The first micro-batch may be one a previous run planned under another cap: its own
         # span, from the offset log, bounds it; the later ones are planned under this run's cap.
         most = sizing.max_offsets
@@ -402,8 +432,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             most = planned_span(spark, checkpoint, topic, batch_id) or most
         t0 = time.monotonic()
         wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
-                              now["schema_version"], topic, replay_possible=first or not sure, small=small,
-                              max_offsets=most)
+                              now["schema_version"], topic, replay_possible=first or not unchecked, small=small,
+                              max_offsets=most, lease=lease)
         if wrote is not None and topic == ds.topic:  # the metrics' series (loglake.observe.series)
             series.record(config, ds.name, "micro_batch", batch=batch_id, seconds=round(time.monotonic() - t0, 3),
                           **wrote)
@@ -463,8 +493,34 @@ def run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now
     """Run the speed stream until it ends (available-now) or is stopped; return last progress.
     Holds the dataset's ``stream_lease`` meanwhile (another stream of it: ``StreamRunningError``)."""
     with stream_lease(config, ds.name) as lease:
-        return _run_speed(spark, config, ds, available_now=available_now, topic=topic, progress_file=progress_file,
-                          lease=lease)
+        try:
+            return _run_speed(spark, config, ds, available_now=available_now, topic=topic,
+                              progress_file=progress_file, lease=lease)
+        except Exception as e:
+            fenced = fenced_off(ds, lease, e)
+            if fenced is None:
+                raise
+            raise fenced from None
+
+
+# Spark's words when a file of the checkpoint that this query was about to create was created by
+# another query first (offsets/N, commits/N; on the store: S3ConditionalCheckpointFileManager).
+_CHECKPOINT_TAKEN = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming queries are concurrently using")
+
+
+def fenced_off(ds: Dataset, lease: StreamLease, error: BaseException) -> StreamRunningError | None:
+    """The query stopped because another stream of the dataset took over: its lease was found
+    taken before a micro-batch committed (``StreamLease.check``, raised inside the micro-batch
+    and so wrapped by Spark), or another stream created a file of the checkpoint first (it planned
+    or finished that micro-batch). Said as loglake's own error (transient: the supervisor's next
+    start waits for the lease); None for any other failure."""
+    if lease.lost is not None:
+        return StreamRunningError(ds.name, lease.lost)
+    text = str(error)
+    if any(marker in text for marker in _CHECKPOINT_TAKEN):
+        return StreamRunningError(ds.name, "another stream planned or finished this stream's next micro-batch first "
+                                           "(a file of its checkpoint was there before it)")
+    return None
 
 
 def _run_speed(spark: SparkSession, config: Config, ds: Dataset, *, available_now: bool, topic: str | None,

@@ -285,6 +285,26 @@ class WriterBusyError(LoglakeError):
                          f"(one writer per dataset: batch, backfill, maintenance and loglake's commands take turns)")
 
 
+class LeaseLostError(LoglakeError):
+    """A writer found, at a commit, that the dataset's lease is no longer its own: it stopped
+    renewing for longer than the lease's life (paused, cut off from the store) and another writer
+    took it. It commits nothing more (``loglake.ledger.leases.check_lease``).
+
+    Transient: another attempt waits for the new holder, then runs again."""
+
+    transient = True
+
+    def __init__(self, dataset: str, operation: str, run_id: str | None, what: str, holder: dict | None,
+                 why: str | None = None):
+        self.dataset, self.holder = dataset, holder
+        run = f" run {run_id}" if run_id else ""
+        now = (f"{describe_holder(holder)} holds it now" if holder is not None
+               else why or "it was released or taken since")
+        super().__init__(f"dataset {dataset}: {operation}{run} lost the dataset's lease before {what}: {now}; "
+                         "nothing more was committed (one writer per dataset); another attempt waits for the "
+                         "holder and runs again")
+
+
 class JobCancelled(LoglakeError):
     """The job's caller went away (an Airflow task killed or timed out, a command interrupted)
     while the job waited for its dataset's lease: it stopped before writing anything.

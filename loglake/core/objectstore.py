@@ -123,7 +123,7 @@ def _identity(store) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def _client(identity: tuple):
+def _client(identity: tuple, within: float | None = None):
     import boto3  # deferred: heavy, kept off the start of the CLI and of DAG parsing
     from botocore.config import Config as BotoConfig
 
@@ -133,14 +133,21 @@ def _client(identity: tuple):
         kwargs["endpoint_url"] = endpoint
     if keys:
         kwargs.update(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], aws_session_token=keys[2])
-    conf = BotoConfig(s3={"addressing_style": "path" if path_style else "virtual"},
-                      retries={"mode": "standard", "max_attempts": 5}, **_TIMEOUTS)
+    if within is None:
+        retries, timeouts = {"mode": "standard", "max_attempts": 5}, _TIMEOUTS
+    else:  # one attempt, answered within ``within`` seconds: the caller retries on its own schedule
+        retries, timeouts = {"mode": "standard", "max_attempts": 1}, {"connect_timeout": within,
+                                                                      "read_timeout": within}
+    conf = BotoConfig(s3={"addressing_style": "path" if path_style else "virtual"}, retries=retries, **timeouts)
     return boto3.session.Session().client("s3", config=conf, **kwargs)
 
 
-def client(uri: str):
-    """A boto3 S3 client for the store ``uri`` is on (one per store and process)."""
-    return _client(_identity(settings_for(uri)))
+def client(uri: str, within: float | None = None):
+    """A boto3 S3 client for the store ``uri`` is on (one per store and process). ``within``: a
+    client whose calls make one attempt that times out after that many seconds (a lease's: its
+    holder retries a renewal every second, and must not spend the lease's life inside the SDK's
+    backoff); else the SDK retries with backoff."""
+    return _client(_identity(settings_for(uri)), within)
 
 
 def _status(error) -> int:
@@ -151,13 +158,14 @@ def _missing(error) -> bool:
     return _status(error) == 404 or error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
 
 
-def get_json(uri: str) -> tuple[dict | None, str | None]:
-    """(the JSON object at ``uri``, its ETag), or (None, None) when there is none."""
+def get_json(uri: str, within: float | None = None) -> tuple[dict | None, str | None]:
+    """(the JSON object at ``uri``, its ETag), or (None, None) when there is none (``within``:
+    ``client``'s)."""
     from botocore.exceptions import ClientError
 
     bucket, key = split(uri)
     try:
-        got = client(uri).get_object(Bucket=bucket, Key=key)
+        got = client(uri, within).get_object(Bucket=bucket, Key=key)
     except ClientError as e:
         if _missing(e):
             return None, None
@@ -170,16 +178,17 @@ def get_json(uri: str) -> tuple[dict | None, str | None]:
     return (value if isinstance(value, dict) else None), got["ETag"]
 
 
-def put_json(uri: str, value: dict, etag: str | None) -> str | None:
+def put_json(uri: str, value: dict, etag: str | None, within: float | None = None) -> str | None:
     """Write ``value`` at ``uri`` only if the object is still as read: absent (``etag`` None,
     ``If-None-Match: *``) or unchanged (``If-Match: etag``). Its new ETag, or None when another
-    writer changed it first (412, or 409: a concurrent conditional write; either way, read again)."""
+    writer changed it first (412, or 409: a concurrent conditional write; either way, read again).
+    ``within``: ``client``'s."""
     from botocore.exceptions import ClientError
 
     bucket, key = split(uri)
     cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
     try:
-        put = client(uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
+        put = client(uri, within).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
                                      ContentType="application/json", **cond)
     except ClientError as e:
         if _status(e) in (409, 412) or (etag is not None and _missing(e)):

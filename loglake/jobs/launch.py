@@ -129,11 +129,16 @@ _JOINED = {"spark.jars": ",", **{k: " " for k in _JAVA_OPTIONS}}
 # Delta's log store for s3a:// tables: loglake's, which commits with conditional writes
 # (jvm/s3-logstore). Delta's default for s3a (S3SingleDriverLogStore) is safe in one JVM only.
 S3_LOG_STORE = "io.loglake.storage.S3ConditionalLogStore"
+# Spark's checkpoint files on s3a:// created the same way (jvm/s3-logstore): a streaming query that
+# lost its lease cannot re-plan a micro-batch another query planned (spark_jobs.streaming).
+S3_CHECKPOINT_MANAGER = "io.loglake.storage.S3ConditionalCheckpointFileManager"
 
 
 def object_store_conf(store: ObjectStoreSettings) -> dict[str, str]:
     """Spark settings for an ``s3a://`` lake on ``store``: S3A and the AWS SDK on the class path,
-    S3A pointed at the store, and loglake's Delta log store for ``s3a://`` tables.
+    S3A pointed at the store, loglake's Delta log store for ``s3a://`` tables and its manager of
+    streaming checkpoints (both create files with conditional puts; other schemes are left to
+    Spark's and Delta's own).
 
     hadoop-aws and the SDK bundle (``loglake.local.jars``' s3 set) go on the drivers' and
     executors' class path where they lie, not in ``spark.jars``, which copies every jar (the
@@ -157,6 +162,7 @@ def object_store_conf(store: ObjectStoreSettings) -> dict[str, str]:
         "spark.driver.extraClassPath": class_path,
         "spark.executor.extraClassPath": class_path,
         "spark.delta.logStore.s3a.impl": S3_LOG_STORE,
+        "spark.sql.streaming.checkpointFileManagerClass": S3_CHECKPOINT_MANAGER,
         "spark.hadoop.fs.s3a.endpoint.region": store.region,
         "spark.hadoop.fs.s3a.path.style.access": str(store.path_style).lower(),
         "spark.hadoop.fs.s3a.connection.ssl.enabled": str(not (store.endpoint or "").startswith("http://")).lower(),

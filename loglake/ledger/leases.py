@@ -3,12 +3,29 @@ commands take before they write a dataset's tables, so they take turns instead o
 failing each other's Delta commits.
 
 The lease is a small JSON record per dataset (``Where the leases live`` below): holder
-(operation, run id), host, pid, token, when it was taken and until when it holds. It is only
-ever changed by compare-and-swap, so taking, renewing, breaking and releasing are atomic
-for every writer that sees the record. The holder renews the lease from a thread every
-few seconds; a holder that crashed stops renewing and its lease is broken once expired —
-at once when it ran on this host and its pid is gone. A crashed holder never blocks for
-ever. A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
+(operation, run id), host, pid, token, when it was taken, its life (``ttl``) and a renewal
+count. It is only ever changed by compare-and-swap, so taking, renewing, breaking and
+releasing are atomic for every writer that sees the record. The holder renews the lease from
+a thread every ``RENEW_SECONDS`` (a renewal that fails is tried again while the lease lives);
+a holder that crashed stops renewing and its lease is broken once expired. A crashed holder
+never blocks for ever.
+
+Expiry reads no clock of the holder's: a taker breaks a lease once it has seen the same record
+(the same version: every renewal changes it) for the lease's ``ttl`` on its *own* monotonic clock.
+Hosts whose clocks disagree by minutes agree on that, and a holder paused past its life finds its
+record replaced when it comes back: its renewal (a compare-and-swap on the version it read) fails.
+A holder is dead at once only when it ran in this pid namespace of this boot (``_HOST``: compose
+gives every replica of a service one host name, but each its own pid namespace) and its pid is gone.
+
+A lease decides who should write; it is not a fence (a process can pause right after checking
+it). So each commit is checked too: a writer's commits call ``check_lease`` first, which renews
+the lease by compare-and-swap and fails with ``LeaseLostError`` (transient, naming the new holder)
+when another took it; what a check cannot close — a pause between the check and the commit — the
+batch side's commits survive by what they are: each replaces exactly its offset range with rows
+recomputed from the log (the same rows whoever writes them) or records a range once per run. The
+speed stream's fence on an object store is Delta's transaction id (``StreamLease``).
+
+A job started by a holder (``loglake batch`` runs the batch and quality jobs) gets
 the holder's token in ``LOGLAKE_LOCK_TOKEN`` and writes under the same lease; a job the
 shared Spark application runs for a holder gets it with the request (``inherited``), and
 the lease of each job thread stays its own (``_TOKEN``, a context variable).
@@ -29,7 +46,8 @@ Where the leases live: beside the tables. On a filesystem (one machine, or a mou
 shares) each record is changed under an ``flock``; on an object store (an ``s3a://`` lake) by
 compare-and-swap on the store itself (``If-None-Match``/``If-Match``, ``loglake.core.objectstore``):
 the store arbitrates, so writers on different hosts need no shared filesystem and no lock service.
-The same conditional writes make every Delta commit safe (``S3ConditionalLogStore``, delta-rs).
+The same conditional writes make every Delta commit safe (``S3ConditionalLogStore``, delta-rs), and
+every file of a speed checkpoint on the store (``S3ConditionalCheckpointFileManager``).
 """
 
 from __future__ import annotations
@@ -52,11 +70,13 @@ from typing import Iterator
 import psutil
 
 from loglake.core import objectstore
-from loglake.core.errors import JobCancelled, StreamRunningError, WriterBusyError, describe_holder
+from loglake.core.errors import JobCancelled, LeaseLostError, StreamRunningError, WriterBusyError, describe_holder
 
 TOKEN_ENV = "LOGLAKE_LOCK_TOKEN"
-TTL_SECONDS = 60.0
-RENEW_SECONDS = 10.0
+# A lease's life, measured by whoever would take it on its own clock; renewed six times in it.
+# LOGLAKE_LEASE_TTL_SECONDS shortens it (the fault tests pause a holder past its life in seconds).
+TTL_SECONDS = float(os.environ.get("LOGLAKE_LEASE_TTL_SECONDS", "60"))
+RENEW_SECONDS = TTL_SECONDS / 6
 # How long a writer waits for the holder before failing (transient: Airflow retries it).
 DEFAULT_WAIT_SECONDS = float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", "900"))
 # The lease this thread writes under: the environment is the whole process's, and the shared
@@ -83,6 +103,27 @@ def _running(pid: int, created: float | None) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE and (created is None or proc.create_time() == created)
     except psutil.Error:
         return False
+
+
+def _host_identity() -> str | None:
+    """Where this process's pids mean something: the kernel's boot id and this process's pid
+    namespace. Processes with the same identity see each other's pids; a compose stack's
+    replicas share a host name and a boot id, but each has a pid namespace of its own.
+    None where either is unknown: no holder is then judged by its pid."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
+_HOST = _host_identity()
+
+
+def _gone(record: dict) -> bool:
+    """The process that wrote ``record`` ran where this one runs (``_HOST``) and is gone."""
+    return _HOST is not None and record.get("where") == _HOST and \
+        not _running(int(record.get("pid", 0)), record.get("created"))
 
 
 def _now() -> float:
@@ -155,18 +196,26 @@ class _ObjectSlot:
 
     def read(self) -> tuple[dict | None, str | None]:
         """(the record, its ETag), or (None, None)."""
-        return objectstore.get_json(self.uri)
+        return objectstore.get_json(self.uri, _answer_within())
 
     def swap(self, value: dict | None, version: str | None) -> bool:
         """As ``_FileSlot.swap``. A lease is freed by a record with no holder (a conditional
         delete is not in every store's API)."""
-        return objectstore.put_json(self.uri, value or {"released_at": _iso(_now())}, version) is not None
+        return objectstore.put_json(self.uri, value or {"released_at": _iso(_now())}, version,
+                                    _answer_within()) is not None
 
     def put(self, value: dict | None) -> None:
         if value is None:
             objectstore.delete(self.uri)
         else:
             objectstore.write_json(self.uri, value)
+
+
+def _answer_within() -> float:
+    """How long one request about a lease may take: a renewal's interval (at least a second). A
+    renewal not answered by then is made again (``writer``), not left to the SDK's backoff, which
+    could outlast the lease."""
+    return max(1.0, RENEW_SECONDS)
 
 
 def _parse(text: str | None) -> dict | None:
@@ -195,6 +244,7 @@ class DatasetLock:
     def __init__(self, config, dataset: str, kind: str = "writer"):
         self.dataset = dataset
         self.slot = _slot(config, dataset if kind == "writer" else f"{dataset}.{kind}")
+        self._seen: tuple[str | None, float] | None = None  # (a holder's version, when first seen: monotonic)
 
     @property
     def path(self) -> Path:  # a filesystem lease's file
@@ -204,14 +254,19 @@ class DatasetLock:
     def dir(self) -> Path:
         return self.slot.dir
 
-    @staticmethod
-    def stale(holder: dict, now: float | None = None) -> bool:
-        """Expired, or held by a process of this host that is gone."""
-        if (now or _now()) > holder.get("expires", 0):
+    def expired(self, held: dict, version: str | None) -> bool:
+        """Whether the lease in ``held`` (read as ``version``) may be broken: this lock has seen
+        that same version for the lease's ``ttl`` on this process's monotonic clock (a renewal
+        changes the version and starts the count again), or its holder ran where this process
+        runs and is gone. The holder's clock is never read: hosts whose clocks disagree agree
+        on this."""
+        if _gone(held):
             return True
-        if holder.get("host") == socket.gethostname():
-            return not _running(int(holder.get("pid", 0)), holder.get("created"))
-        return False
+        now = time.monotonic()
+        if self._seen is None or self._seen[0] != version:
+            self._seen = (version, now)
+            return False
+        return now - self._seen[1] >= float(held.get("ttl", TTL_SECONDS))
 
     def _read(self) -> tuple[dict | None, str | None]:
         """(the holder's record, or None when free or released; its version)."""
@@ -219,37 +274,45 @@ class DatasetLock:
         return (held if held and held.get("token") else None), version
 
     def holder(self) -> dict | None:
-        """The live holder, or None (a stale lease counts as free)."""
+        """The holder, or None: free, released, or held by a process of this host that is gone.
+        (Whether a holder elsewhere still renews takes a lease's life to see: until someone
+        takes it, it is shown.)"""
         held, _version = self._read()
-        return None if held is None or self.stale(held) else held
+        return None if held is None or _gone(held) else held
 
     def try_acquire(self, operation: str, run_id: str | None = None,
                     token: str | None = None) -> tuple[str | None, dict | None, bool]:
         """(token, None, nested): taken, or already held under ``token`` (nested: by a parent);
-        (None, holder, False): someone else holds it."""
+        (None, holder, False): someone else holds it (``expired`` not yet: call again with the
+        same lock to go on watching it)."""
         while True:
             held, version = self._read()
-            if held is not None and not self.stale(held):
-                if token and held.get("token") == token:
-                    return token, None, True
+            if held is not None and token and held.get("token") == token:
+                return token, None, True
+            if held is not None and not self.expired(held, version):
                 return None, held, False
             mine = uuid.uuid4().hex
             now = _now()
             if self.slot.swap({"dataset": self.dataset, "operation": operation, "run_id": run_id, "token": mine,
-                               "host": socket.gethostname(), "pid": os.getpid(), "created": _created(os.getpid()),
-                               "acquired_at": _iso(now),
-                               "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)}, version):
+                               "host": socket.gethostname(), "where": _HOST, "pid": os.getpid(),
+                               "created": _created(os.getpid()), "acquired_at": _iso(now), "ttl": TTL_SECONDS,
+                               "renewals": 0, "expires": now + TTL_SECONDS, "expires_at": _iso(now + TTL_SECONDS)},
+                              version):
+                self._seen = None
                 return mine, None, False
             _backoff()  # another writer changed it between our read and our write: read again
 
     def renew(self, token: str) -> bool:
-        """Extend the lease held under ``token``; False when it is no longer ours (taken after it expired)."""
+        """Extend the lease held under ``token`` (a new version: whoever watches it counts its life
+        again); False when it is no longer ours (taken once expired, or released)."""
         while True:
             held, version = self._read()
             if held is None or held.get("token") != token:
                 return False
             now = _now()
-            held.update(expires=now + TTL_SECONDS, expires_at=_iso(now + TTL_SECONDS))
+            # ``expires`` is the holder's own clock, for people reading the record; no taker reads it.
+            held.update(renewals=int(held.get("renewals", 0)) + 1, ttl=TTL_SECONDS, expires=now + TTL_SECONDS,
+                        expires_at=_iso(now + TTL_SECONDS))
             if self.slot.swap(held, version):
                 return True
             _backoff()
@@ -302,75 +365,138 @@ def writer(config, dataset: str, operation: str, run_id: str | None = None,
                 f"loglake: {dataset} is being written by {describe_holder(held)}; waiting (up to {wait_seconds:.0f}s)")
             told = True
         cancel.wait(min(1.0, max(0.05, wait_seconds - waited)))
+    held = _Held(lock, token, operation, run_id)
     if nested:
-        mark = _TOKEN.set(token)
+        marks = _TOKEN.set(token), _HELD.set(held)
         try:
             yield token  # under a holder (our parent, or this process already): it renews and releases
         finally:
-            _TOKEN.reset(mark)
+            _HELD.reset(marks[1])
+            _TOKEN.reset(marks[0])
         return
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(RENEW_SECONDS):
-            if not lock.renew(token):
-                return
+        # A renewal the store (or the filesystem) did not answer is tried again every second: the
+        # lease is ours until someone has seen it unchanged for its life. One that finds it taken
+        # ends the renewals; the holder's next commit refuses to go on (check_lease).
+        wait = RENEW_SECONDS
+        while not stop.wait(wait):
+            try:
+                if not lock.renew(token):
+                    return
+                wait = RENEW_SECONDS
+            except Exception as e:  # noqa: BLE001 — whatever the store answered, the lease may still be ours
+                print(f"loglake: {dataset}: could not renew the dataset's lease ({type(e).__name__}: {e}); "
+                      "retrying", file=sys.stderr, flush=True)
+                wait = min(1.0, RENEW_SECONDS)
 
     thread = threading.Thread(target=renew, name=f"loglake-lease-{dataset}", daemon=True)
     thread.start()
     before = os.environ.get(TOKEN_ENV)
     if export:
         os.environ[TOKEN_ENV] = token
-    mark = _TOKEN.set(token)
+    marks = _TOKEN.set(token), _HELD.set(held)
     try:
         yield token
     finally:
         stop.set()
-        _TOKEN.reset(mark)
+        _HELD.reset(marks[1])
+        _TOKEN.reset(marks[0])
         if export:
             if before is None:
                 os.environ.pop(TOKEN_ENV, None)
             else:
                 os.environ[TOKEN_ENV] = before
-        lock.release(token)
+        try:
+            lock.release(token)
+        except Exception as e:  # noqa: BLE001 — the block's own outcome stands; the lease expires by itself
+            print(f"loglake: {dataset}: could not release the dataset's lease ({type(e).__name__}: {e}); it "
+                  f"expires by itself in {TTL_SECONDS:.0f}s", file=sys.stderr, flush=True)
 
 
-# A stream appends without Delta's transaction check only while its lease is surely its own:
-# renewed less than TTL - SURE_MARGIN ago (an object-store lease; see StreamLease).
-SURE_MARGIN_SECONDS = 30.0
+class _Held:
+    """The lease a thread writes under (``writer``'s block, its own or inherited)."""
+
+    def __init__(self, lock: DatasetLock, token: str, operation: str, run_id: str | None):
+        self.lock, self.token, self.operation, self.run_id = lock, token, operation, run_id
+
+
+_HELD: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("loglake_lease_held", default=None)
+
+
+def check_lease(what: str) -> None:
+    """Before a commit of a writer (``what`` names it): the lease this thread writes under is still
+    its own, renewed now by compare-and-swap (so no one can take it for another life from now),
+    else ``LeaseLostError`` naming who holds it: the holder that lost its lease commits nothing
+    more. A store that does not answer is asked again for up to a lease's life; then the lease
+    counts as lost. No lease here (the speed stream, a job that writes no dataset): nothing to check."""
+    held = _HELD.get()
+    if held is None:
+        return
+    deadline = time.monotonic() + TTL_SECONDS
+    while True:
+        try:
+            if held.lock.renew(held.token):
+                return
+            taken, _version = held.lock._read()
+            raise LeaseLostError(held.lock.dataset, held.operation, held.run_id, what, taken)
+        except LeaseLostError:
+            raise
+        except Exception as e:  # noqa: BLE001 — the store did not answer: ask again while the lease may live
+            if time.monotonic() >= deadline:
+                raise LeaseLostError(held.lock.dataset, held.operation, held.run_id, what, None,
+                                     f"its renewals failed for {TTL_SECONDS:.0f}s ({type(e).__name__}: {e})") from e
+            time.sleep(min(1.0, RENEW_SECONDS))
 
 
 class StreamLease:
     """What a speed stream knows of its lease while it runs.
 
-    On a filesystem the kernel holds the ``flock`` for the process, however it ends: always
-    ``sure``. On an object store the lease is a record the stream renews (every
-    ``RENEW_SECONDS``, for ``TTL_SECONDS``); another stream takes it only once it expired. So
-    ``sure()`` holds while the last renewal is recent enough that the lease cannot have expired
-    during the commit about to be made; otherwise the stream asks Delta to check its
-    transaction id (``spark_jobs.streaming.process_batch``): a micro-batch another stream
-    also wrote is then skipped, not appended twice. A renewal that finds the lease taken
-    (this stream was cut off longer than its life) stops the stream: ``StreamRunningError``."""
+    On a filesystem the kernel holds the ``flock`` for the process, however it ends and however
+    long it pauses: no second stream of the dataset can run on this machine meanwhile, so the
+    stream's micro-batches after its query's first need no transaction check (``checked``
+    false). On an object store the lease is a record the stream renews, which another stream
+    takes once it saw it unchanged for its life: a stream paused past that (a stopped process, a
+    long garbage collection) resumes while another writes. So there every commit of every
+    micro-batch carries its (stream id, batch id) as Delta's transaction id and is checked
+    (``checked``), which makes a micro-batch's commit a compare-and-swap on the table: of two
+    streams committing the same micro-batch, one lands and the other is skipped or fails its
+    commit (``spark_jobs.streaming``). ``check()`` renews the lease by compare-and-swap before a
+    micro-batch commits, and stops a stream whose lease was taken (``StreamRunningError``): not
+    the fence, but the stale stream stops instead of trying."""
 
-    def __init__(self, dataset: str, renewing: bool = False):
+    def __init__(self, dataset: str, lock: DatasetLock | None = None, token: str | None = None):
         self.dataset = dataset
-        self.renewing = renewing
-        self.renewed = time.monotonic()
+        self.lock, self.token = lock, token
+        self.checked = lock is not None
         self.lost: str | None = None
 
-    def sure(self) -> bool:
+    def check(self) -> None:
+        if self.lock is not None and self.lost is None:
+            try:
+                ours = self.lock.renew(self.token)
+            except Exception as e:  # noqa: BLE001 — the store did not answer: the checked commit decides
+                print(f"loglake: speed {self.dataset}: could not renew the stream's lease ({type(e).__name__}: "
+                      f"{e}); the micro-batch's commits are checked by Delta", file=sys.stderr, flush=True)
+                return
+            if not ours:
+                self._lose()
         if self.lost is not None:
             raise StreamRunningError(self.dataset, self.lost)
-        return not self.renewing or time.monotonic() - self.renewed < TTL_SECONDS - SURE_MARGIN_SECONDS
+
+    def _lose(self) -> None:
+        taken = self.lock.holder()
+        self.lost = describe_holder(taken) if taken else "its lease expired and was taken"
 
 
 @contextmanager
 def stream_lease(config, dataset: str) -> Iterator[StreamLease]:
-    """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError`` at once:
-    one stream per dataset (its micro-batches after the first are appended without Delta's
-    transaction check, ``spark_jobs.streaming.process_batch``). On a filesystem, an ``flock`` on
-    a file of ``lake.locks``: the kernel lets go when the holder's process ends, however it ends.
-    On an object store, a renewed lease record (``StreamLease``)."""
+    """Hold the dataset's speed-stream lease for the block, or ``StreamRunningError``: one
+    stream per dataset. On a filesystem, an ``flock`` on a file of ``lake.locks``: the kernel lets
+    go when the holder's process ends, however it ends. On an object store, a renewed lease
+    record (``StreamLease``; a record another stream still renews is refused within a renewal's
+    time, one no one renews is taken after a lease's life)."""
     if objectstore.is_remote(config.lock_root):
         with _stream_lease_on_store(config, dataset) as lease:
             yield lease
@@ -396,29 +522,50 @@ def stream_lease(config, dataset: str) -> Iterator[StreamLease]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _take_stream_lease(lock: DatasetLock, dataset: str) -> str:
+    """Take the stream lease of ``dataset``: at once when free; a holder that renews meanwhile
+    (its record changes) is alive: ``StreamRunningError`` then; one whose record stays the same
+    for its life is gone, and its lease is taken."""
+    first = None
+    told = False
+    while True:
+        token, held, _nested = lock.try_acquire("speed stream")
+        if token is not None:
+            return token
+        version = lock._seen[0] if lock._seen else None
+        if first is None:
+            first = version
+        elif version != first:
+            raise StreamRunningError(dataset, describe_holder(held))  # it renewed: it runs
+        if not told:
+            print(f"loglake: speed {dataset}: the stream's lease is held by {describe_holder(held)}; watching it "
+                  f"for up to {float(held.get('ttl', TTL_SECONDS)):.0f}s: taken if no one renews it meanwhile",
+                  file=sys.stderr, flush=True)
+            told = True
+        time.sleep(min(0.5, RENEW_SECONDS / 4))
+
+
 @contextmanager
 def _stream_lease_on_store(config, dataset: str) -> Iterator[StreamLease]:
     lock = DatasetLock(config, dataset, "stream")
-    token, held, _nested = lock.try_acquire("speed stream")
-    if token is None:
-        raise StreamRunningError(dataset, describe_holder(held))
-    lease = StreamLease(dataset, renewing=True)
+    token = _take_stream_lease(lock, dataset)
+    lease = StreamLease(dataset, lock, token)
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(RENEW_SECONDS):
-            asked = time.monotonic()
+        wait = RENEW_SECONDS
+        while not stop.wait(wait):
             try:
                 ours = lock.renew(token)
-            except Exception as e:  # the store unreachable: not sure any more once the margin is gone
+            except Exception as e:  # noqa: BLE001 — the store unreachable: tried again; the commits are checked
                 print(f"loglake: speed {dataset}: could not renew the stream's lease ({e}); retrying",
                       file=sys.stderr, flush=True)
+                wait = min(1.0, RENEW_SECONDS)
                 continue
             if not ours:
-                taken = lock.holder()
-                lease.lost = describe_holder(taken) if taken else "its lease expired and was taken"
+                lease._lose()
                 return
-            lease.renewed = asked
+            wait = RENEW_SECONDS
 
     thread = threading.Thread(target=renew, name=f"loglake-stream-lease-{dataset}", daemon=True)
     thread.start()
@@ -427,7 +574,11 @@ def _stream_lease_on_store(config, dataset: str) -> Iterator[StreamLease]:
     finally:
         stop.set()
         thread.join(timeout=RENEW_SECONDS)
-        lock.release(token)
+        try:
+            lock.release(token)
+        except Exception as e:  # noqa: BLE001 — the stream's own outcome stands; the lease expires by itself
+            print(f"loglake: speed {dataset}: could not release the stream's lease ({e}); it expires by itself",
+                  file=sys.stderr, flush=True)
 
 
 def holders(config, datasets) -> dict[str, dict]:
@@ -443,7 +594,8 @@ def holders(config, datasets) -> dict[str, dict]:
     return out
 
 
-# A pause request outlives no holder: its pid is checked (this host), and it expires anyway.
+# A pause request outlives no holder: one whose process is gone (``_gone``) counts as none, and a
+# stream waits for one at most its ``ttl``, measured on the stream's own clock.
 PAUSE_TTL_SECONDS = 900.0
 
 
@@ -457,9 +609,8 @@ def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECON
     module's docstring). Only the dataset's writer (the lease holder) asks."""
     slot = _pause_slot(config, dataset)
     now = _now()
-    slot.put({"dataset": dataset, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
-              "created": _created(os.getpid()), "since": _iso(now), "expires": now + ttl,
-              "expires_at": _iso(now + ttl)})
+    slot.put({"dataset": dataset, "what": what, "id": uuid.uuid4().hex, "host": socket.gethostname(),
+              "where": _HOST, "pid": os.getpid(), "created": _created(os.getpid()), "since": _iso(now), "ttl": ttl})
     try:
         yield
     finally:
@@ -467,18 +618,24 @@ def appends_paused(config, dataset: str, what: str, ttl: float = PAUSE_TTL_SECON
 
 
 def appends_pause(config, dataset: str) -> dict | None:
-    """The live request to pause the stream's appends of ``dataset`` (None: none, or stale)."""
+    """The request to pause the stream's appends of ``dataset`` (None: none, or its process is gone)."""
     request, _version = _pause_slot(config, dataset).read()
-    return None if request is None or DatasetLock.stale(request) else request
+    return None if request is None or _gone(request) else request
 
 
 def wait_while_paused(config, dataset: str, poll: float = 0.2) -> tuple[float, dict | None]:
     """Block while the stream's appends of ``dataset`` are paused: (seconds waited, the request
-    waited for). Bounded: a request expires, and one whose holder died counts as gone."""
+    waited for). Bounded: a request is waited for at most its ``ttl`` from when this stream first
+    saw it (its own clock: the asker's is not read), and one whose holder died counts as gone."""
     first = appends_pause(config, dataset)
     if first is None:
         return 0.0, None
-    started = time.monotonic()
-    while appends_pause(config, dataset) is not None:
+    started = seen = time.monotonic()
+    current = first
+    while current is not None and time.monotonic() - seen < float(current.get("ttl", PAUSE_TTL_SECONDS)):
         time.sleep(poll)
+        request = appends_pause(config, dataset)
+        if request is not None and request.get("id") != current.get("id"):
+            seen = time.monotonic()  # another request since: its own life counts from now
+        current = request
     return time.monotonic() - started, first

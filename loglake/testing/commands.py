@@ -52,6 +52,34 @@ def hold_writer_lease(config: Config, dataset: str, seconds: float,
     return p, p.stdout.readline().strip()
 
 
+_TAKE_LEASE = textwrap.dedent('''
+    import sys, time
+    from loglake.core.config import load_config
+    from loglake.core.errors import WriterBusyError
+    from loglake.ledger.leases import writer
+    config = load_config(sys.argv[1], home=sys.argv[2])
+    try:
+        with writer(config, sys.argv[3], "maintenance", "run-7", wait_seconds=float(sys.argv[4]),
+                    say=lambda m: None) as token:
+            print("took", token, flush=True)
+            time.sleep(float(sys.argv[5]))
+    except WriterBusyError as e:
+        print("busy", e, flush=True)
+''')
+
+
+def take_writer_lease(config: Config, dataset: str, wait_seconds: float, hold_seconds: float = 0.0,
+                      env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Another host's writer: a process that waits up to ``wait_seconds`` for ``dataset``'s writer
+    lease on ``config`` as maintenance run ``run-7``, says ``took <token>`` (then holds it for
+    ``hold_seconds``) or ``busy <the error>`` on its stdout (text). No lease token is inherited
+    from this process (it is no job of a holder here); ``env``: more variables."""
+    base = {k: v for k, v in os.environ.items() if k != "LOGLAKE_LOCK_TOKEN"}
+    return subprocess.Popen([sys.executable, "-c", _TAKE_LEASE, str(config.conf_dir), str(config.home), dataset,
+                             str(wait_seconds), str(hold_seconds)], stdout=subprocess.PIPE, text=True,
+                            env={**base, **(env or {})})
+
+
 @contextmanager
 def environment(values: dict[str, str]) -> Iterator[None]:
     """``values`` set in this process's environment inside the block; what those variables were

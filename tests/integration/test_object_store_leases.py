@@ -1,18 +1,23 @@
 """The dataset leases and the speed stream's lease on an object-store lake (issue 25): records
-on the store changed by compare-and-swap (versitygw, a real S3 server), no shared filesystem."""
+on the store changed by compare-and-swap (versitygw, a real S3 server), no shared filesystem.
+A writer cut off from the store (a proxy in front of it, issue 44): it renews through a short
+outage, and once another host took its lease it commits nothing more."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 
 import pytest
 
 from loglake.core import objectstore
-from loglake.core.errors import StreamRunningError, WriterBusyError
+from loglake.core.errors import LoglakeError, StreamRunningError, WriterBusyError
 from loglake.ledger import leases, snapshots
-from loglake.testing import hold_writer_lease
+from loglake.testing import NO_BROKER, hold_writer_lease, make_config, take_writer_lease
+from loglake.testing.proxy import StoreProxy
+from spark_jobs import delta_io
 
 
 def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(store_config):
@@ -54,22 +59,22 @@ def test_of_writers_racing_for_a_free_lease_exactly_one_takes_it(store_config):
     assert lock.holder()["token"] == won[0]
 
 
-def test_a_lease_of_another_host_holds_until_it_expires_then_is_broken(store_config):
-    now = time.time()
+def test_a_lease_of_another_host_holds_for_its_life_then_is_broken(store_config):
     uri = f"{store_config.lock_root}/job_views.json"
     assert objectstore.put_json(uri, {"operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere",
-                                      "pid": 1, "acquired_at": "then", "expires": now + 2}, None)
+                                      "pid": 1, "acquired_at": "then", "ttl": 2, "expires": 0}, None)
     with pytest.raises(WriterBusyError, match="batch run far .pid 1 on elsewhere"):
         with leases.writer(store_config, "job_views", "maintenance", wait_seconds=0):
             pass
+    t0 = time.monotonic()
     with leases.writer(store_config, "job_views", "maintenance", wait_seconds=10, say=lambda m: None):
-        assert time.time() >= now + 2
+        assert time.monotonic() - t0 >= 2  # seen unchanged for its life, on this process's clock
 
 
 def test_one_stream_per_dataset_and_a_stream_whose_lease_was_taken_stops(store_config, monkeypatch):
     monkeypatch.setattr(leases, "RENEW_SECONDS", 0.2)
     with leases.stream_lease(store_config, "job_views") as lease:
-        assert lease.sure()
+        lease.check()
         with pytest.raises(StreamRunningError, match="speed stream"):
             with leases.stream_lease(store_config, "job_views"):
                 pass
@@ -77,21 +82,27 @@ def test_one_stream_per_dataset_and_a_stream_whose_lease_was_taken_stops(store_c
         # next renewal finds it gone, and the stream stops before its next micro-batch.
         uri = f"{store_config.lock_root}/job_views.stream.json"
         held, etag = objectstore.get_json(uri)
-        assert objectstore.put_json(uri, {**held, "token": "other", "host": "elsewhere", "pid": 2}, etag)
+        assert objectstore.put_json(uri, {**held, "token": "other", "host": "elsewhere", "where": "elsewhere", "pid": 2}, etag)
         deadline = time.monotonic() + 10
         while lease.lost is None and time.monotonic() < deadline:
             time.sleep(0.1)
         with pytest.raises(StreamRunningError, match="elsewhere"):
-            lease.sure()
+            lease.check()
 
 
-def test_a_stream_that_could_not_renew_lately_is_not_sure(store_config, monkeypatch):
+def test_on_the_store_every_micro_batch_is_checked_and_a_taken_lease_is_found_at_the_commit(store_config,
+                                                                                            monkeypatch):
+    """The lease on the store is no fence (a stream can pause past its life): every micro-batch's
+    commits are checked by Delta, and ``check`` (before a micro-batch commits) asks the store
+    itself, not what the renewals last found."""
     monkeypatch.setattr(leases, "RENEW_SECONDS", 60.0)  # no renewal within the test
-    monkeypatch.setattr(leases, "TTL_SECONDS", 31.0)
     with leases.stream_lease(store_config, "job_views") as lease:
-        assert lease.sure()
-        lease.renewed -= 2  # its last renewal 2 s ago: less than TTL - margin (1 s) left
-        assert not lease.sure()  # its micro-batches are checked by Delta until it renews
+        assert lease.checked
+        uri = f"{store_config.lock_root}/job_views.stream.json"
+        held, etag = objectstore.get_json(uri)
+        assert objectstore.put_json(uri, {**held, "token": "other", "host": "elsewhere", "where": "elsewhere", "pid": 2}, etag)
+        with pytest.raises(StreamRunningError, match="elsewhere"):
+            lease.check()
 
 
 def test_a_pause_request_and_the_checkpoint_are_read_from_the_store(store_config):
@@ -111,3 +122,70 @@ def test_a_pause_request_and_the_checkpoint_are_read_from_the_store(store_config
     assert snapshots._finished(where, 0, None) and not snapshots._finished(where, 1, None)
     assert not snapshots._finished(where, 0, 0)  # not finished as of the epoch
     assert json.loads(objectstore.read_text(f"{checkpoint}/metadata")) == {"id": "c0ffee"}
+
+
+def _leases_behind(tmp_path, s3_gateway, endpoint: str, name: str):
+    """A config whose tables are on this machine's filesystem and whose leases are on the suite's
+    store (``lake.locks``), reached at ``endpoint`` (the store, or a proxy in front of it)."""
+    bucket = "locks-" + tmp_path.name[-20:].lower().replace("_", "-")
+    s3_gateway.create_bucket(bucket)
+    store = {**s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials")),
+             "endpoint": endpoint}
+    lake = {"root": str(tmp_path / "lake"), "locks": f"s3a://{bucket}/locks", "object_store": store}
+    return make_config(tmp_path / name, NO_BROKER, lake=lake)
+
+
+def _taker(config, seconds_to_wait: float, hold: float = 0.0) -> subprocess.Popen:
+    return take_writer_lease(config, "job_views", seconds_to_wait, hold, env={"LOGLAKE_LEASE_TTL_SECONDS": "3"})
+
+
+@pytest.fixture
+def two_hosts(tmp_path, s3_gateway, monkeypatch):
+    """(this process's config, whose leases it reaches through a proxy it can cut; another host's
+    config, reaching the same leases directly; the proxy). Leases live 3 s, renewed every 0.5 s."""
+    monkeypatch.setattr(leases, "TTL_SECONDS", 3.0)
+    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.5)
+    with StoreProxy(s3_gateway.port) as proxy:
+        here = _leases_behind(tmp_path, s3_gateway, proxy.endpoint, "here")
+        there = _leases_behind(tmp_path, s3_gateway, s3_gateway.endpoint, "there")
+        objectstore.register(here)  # this process reaches the store through the proxy
+        yield here, there, proxy
+
+
+def test_a_writer_renews_through_a_store_outage_shorter_than_its_lease(two_hosts):
+    here, there, proxy = two_hosts
+    with leases.writer(here, "job_views", "batch", "run-1"):
+        proxy.down()
+        time.sleep(1.5)  # three renewals fail: the store does not answer (less than the lease's 3 s)
+        proxy.up()
+        assert proxy.refused
+        # Another host watches the lease for twice its life: the holder renews it all along.
+        taker = _taker(there, 6)
+        out, _ = taker.communicate(timeout=60)
+        assert out.startswith("busy") and "batch run run-1" in out, out
+        leases.check_lease("the next commit")  # still ours
+    assert leases.holders(there, ["job_views"]) == {}
+
+
+def test_a_writer_that_lost_its_lease_commits_nothing_more_and_fails_naming_the_new_holder(two_hosts, spark):
+    here, there, proxy = two_hosts
+    path = str(here.home / "batch-table")
+    with leases.writer(here, "job_views", "batch", "run-1"):
+        delta_io.replace_rows(spark, spark.range(0, 10).withColumnRenamed("id", "_offset"), path,
+                              "_offset >= 0 AND _offset < 10")
+        proxy.down()  # its renewals fail for longer than the lease lives, while another host watches it
+        taker = _taker(there, 30, hold=30)
+        try:
+            line = taker.stdout.readline()
+            assert line.startswith("took"), line
+            proxy.up()
+            with pytest.raises(LoglakeError) as e:
+                delta_io.replace_rows(spark, spark.range(10, 20).withColumnRenamed("id", "_offset"), path,
+                                      "_offset >= 10 AND _offset < 20")
+            assert type(e.value).__name__ == "LeaseLostError" and e.value.transient
+            assert "maintenance run run-7" in str(e.value) and "batch run run-1" in str(e.value)
+            rows = sorted(r["_offset"] for r in spark.read.format("delta").load(path).collect())
+            assert rows == list(range(10))  # the second commit was never made
+        finally:
+            taker.kill()
+            taker.wait()

@@ -128,6 +128,9 @@ def _conf(tmp_path, store: dict | None = STORE, root: str = "s3a://lake/prod", *
 def test_an_s3a_lake_gets_s3a_the_sdk_and_loglakes_log_store(tmp_path, installed):
     conf = _conf(tmp_path)
     assert conf["spark.delta.logStore.s3a.impl"] == "io.loglake.storage.S3ConditionalLogStore" == launch.S3_LOG_STORE
+    # A streaming checkpoint's files created the same way (offsets/N: one micro-batch, one range).
+    assert conf["spark.sql.streaming.checkpointFileManagerClass"] == \
+        "io.loglake.storage.S3ConditionalCheckpointFileManager" == launch.S3_CHECKPOINT_MANAGER
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://store.internal:7070"
     assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
 import time
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from loglake.ledger import leases
 from loglake.core.config import load_config
 from loglake.core.errors import ConfigError, JobCancelled, WriterBusyError
-from loglake.testing import hold_writer_lease, write_conf
+from loglake.testing import hold_writer_lease, take_writer_lease, write_conf
 
 
 @pytest.fixture
@@ -76,17 +78,35 @@ def test_a_crashed_holder_never_blocks(config):
         pass
 
 
-def test_a_lease_of_another_host_holds_until_it_expires(config, monkeypatch):
+def test_a_lease_of_another_host_holds_for_its_life_on_the_takers_own_clock(config):
+    """Expiry reads no clock of the holder's: its ``expires`` (here far in the past, as a holder
+    whose clock runs behind would write it) is never compared; a taker breaks the lease once it has
+    seen the record unchanged for the lease's ``ttl`` on its own clock."""
     lock = leases.DatasetLock(config, "job_views")
     lock.dir.mkdir(parents=True)
-    now = time.time()
     lock.path.write_text(json.dumps({"operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere",
-                                     "pid": 1, "acquired_at": "then", "expires": now + 2}))
+                                     "pid": 1, "acquired_at": "then", "ttl": 2, "expires": time.time() - 3600}))
     with pytest.raises(WriterBusyError, match="batch run far .pid 1 on elsewhere"):
         with leases.writer(config, "job_views", "maintenance", wait_seconds=0):
             pass
+    t0 = time.monotonic()
     with leases.writer(config, "job_views", "maintenance", wait_seconds=10, say=lambda m: None):
-        assert time.time() >= now + 2
+        assert time.monotonic() - t0 >= 2
+
+
+def test_a_holder_with_this_host_name_in_another_pid_namespace_is_not_judged_by_its_pid(config):
+    """Two replicas of a compose service share a host name, each in a pid namespace of its own:
+    the other's pid, absent here, says nothing about whether it runs."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lock = leases.DatasetLock(config, "job_views")
+    lock.dir.mkdir(parents=True)
+    lock.path.write_text(json.dumps({"operation": "batch", "run_id": "replica-2", "token": "t",
+                                     "host": socket.gethostname(), "where": "another-boot/pid:[4026532000]",
+                                     "pid": gone.pid, "acquired_at": "then", "ttl": 2, "expires": time.time() + 2}))
+    with pytest.raises(WriterBusyError, match="batch run replica-2"):
+        with leases.writer(config, "job_views", "maintenance", wait_seconds=0):
+            pass
 
 
 def test_a_job_of_the_holder_writes_under_its_lease(config):
@@ -110,6 +130,25 @@ def test_the_holder_renews_its_lease(config, monkeypatch):
         held = json.loads(leases.DatasetLock(config, "job_views").path.read_text())
         assert held["expires"] > time.time() and held["run_id"] == "long"
         assert leases.holders(config, ["job_views"])["job_views"]["run_id"] == "long"
+
+
+def test_the_holder_renews_through_an_outage_of_its_leases_directory_shorter_than_its_life(config, monkeypatch):
+    """A renewal that fails (the leases' directory unreachable: a network mount's hiccup) is tried
+    again while the lease lives: another host watching it afterwards for twice its life finds it
+    renewed all along, and cannot take it."""
+    monkeypatch.setattr(leases, "TTL_SECONDS", 3.0)
+    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.5)
+    directory = leases.lock_dir(config)
+    with leases.writer(config, "job_views", "batch", "run-1"):
+        away = directory.with_name(directory.name + ".away")
+        directory.rename(away)
+        directory.write_text("")  # its path is no directory: every renewal fails meanwhile
+        time.sleep(1.5)
+        directory.unlink()
+        away.rename(directory)
+        taker = take_writer_lease(config, "job_views", 6, env={"LOGLAKE_LEASE_TTL_SECONDS": "3"})
+        out, _ = taker.communicate(timeout=60)
+        assert out.startswith("busy") and "batch run run-1" in out, out
 
 
 def test_an_object_store_lake_keeps_its_leases_on_the_store_unless_a_directory_is_named(tmp_path):

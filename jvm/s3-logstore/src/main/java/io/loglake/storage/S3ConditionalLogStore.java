@@ -109,9 +109,10 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
      * Create {@code path} with {@code body} unless it exists.
      *
      * @throws FileAlreadyExistsException when another writer created it first (Delta then checks
-     *     for conflicts and tries the next version)
+     *     for conflicts and tries the next version; Spark's checkpoint then fails the query that
+     *     lost, {@link S3ConditionalCheckpointFileManager})
      */
-    private static void createIfAbsent(S3AFileSystem fs, Path path, byte[] body) throws IOException {
+    static void createIfAbsent(S3AFileSystem fs, Path path, byte[] body) throws IOException {
         String key = fs.pathToKey(path);
         S3Client s3 = fs.getS3AInternals().getAmazonS3Client("loglake conditional Delta commit");
         for (int attempt = 1; ; attempt++) {
