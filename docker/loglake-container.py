@@ -180,6 +180,10 @@ def speed(dataset: str) -> int:
     stream.summary_file.unlink(missing_ok=True)
     request = stream.request(False).with_summary_file(stream.summary_file)
     os.environ.update(job_env(config))  # what `loglake speed start` gives the supervised job
+    # Executors connect back to this driver (client mode) at its own address, not the service's
+    # name: scaled (`docker compose up --scale`), a service's replicas share that name, and only
+    # one of them streams (the dataset's stream lease); the others wait their turn.
+    os.environ["SPARK_LOCAL_HOSTNAME"] = socket.gethostbyname(socket.gethostname())
     return supervise(spark_submit(config, request))
 
 

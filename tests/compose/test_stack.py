@@ -5,6 +5,7 @@ tables (0 lost, 0 duplicated). The tests run in order on one stack; each records
 
 from __future__ import annotations
 
+import os
 import textwrap
 import threading
 import time
@@ -429,6 +430,50 @@ def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
     history = sorted(h["version"] for h in table.history())
     assert history == list(range(2 * n + 1)), history  # every commit present, versions contiguous
     stack.record("concurrent_commits", {"each": n, "versions": len(history)})
+
+
+def _replicas(stack, service: str) -> dict[str, str]:
+    """The running containers of ``service``: name → its pid namespace (``pid:[inode]``, read on
+    this host from the container's first process)."""
+    names = stack.docker("ps", "--filter", f"label=com.docker.compose.project={stack.project}", "--filter",
+                         f"label=com.docker.compose.service={service}", "--format", "{{.Names}}").stdout.split()
+    out = {}
+    for name in names:
+        pid = stack.docker("inspect", "-f", "{{.State.Pid}}", name).stdout.strip()
+        out[name] = os.readlink(f"/proc/{pid}/ns/pid")
+    return out
+
+
+def test_two_replicas_of_one_speed_service_land_every_offset_once(stack):
+    """``docker compose up --scale``: two replicas of the job_views speed service, one host name
+    (the service's ``hostname``), a pid namespace each, one lease on the object store. One streams,
+    the other is refused while the first renews (its supervisor tries again); the holder killed,
+    the other takes over once it has seen the lease unchanged for its life. Each offset lands once."""
+    from loglake.ledger.leases import DatasetLock
+
+    service = "speed-job-views"
+    config = stack.config()
+    ds = config.dataset("job_views")
+    stack.compose("up", "-d", "--no-recreate", "--scale", f"{service}=2", service)
+    try:
+        replicas = wait_for(lambda: (r := _replicas(stack, service)) and len(r) == 2 and r, 300,
+                            f"two replicas of {service}", interval=5)
+        produce(stack, "job_views", 10_000, seed=7, rate=1000.0)
+        speed_exact(stack, "job_views")
+        held = DatasetLock(config, ds.name, "stream").holder()
+        assert held is not None and held["host"] == service, held  # one host name for both replicas
+        holder = next(name for name, ns in replicas.items() if held["where"].endswith(ns))
+        stack.docker("kill", holder)
+        killed = time.monotonic()
+        produce(stack, "job_views", 5_000, seed=8, rate=1000.0)
+        speed_exact(stack, "job_views")
+        stack.record("speed_replica_takeover_seconds", round(time.monotonic() - killed, 1))
+        taken = DatasetLock(config, ds.name, "stream").holder()
+        assert taken is not None and taken["token"] != held["token"], taken
+        audit_ok(stack, "job_views")
+    finally:
+        stack.compose("up", "-d", "--scale", f"{service}=1", service, check=False)
+    speed_exact(stack, "job_views")
 
 
 def test_the_whole_stack_restarted_with_its_volumes(stack):
