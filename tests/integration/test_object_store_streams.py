@@ -1,7 +1,8 @@
 """Exactly once when two speed streams of one dataset meet on an object-store lake (issue 44), as
 Jepsen would break them: the stream process paused (SIGSTOP) past its lease's life while a second
-host's stream takes over, then resumed; a second host whose clock runs two minutes ahead
-(Debian's ``faketime``); another stream creating a micro-batch's plan while the first creates it.
+host's stream takes over, then resumed (before a micro-batch commits, and inside its commit); a
+second host whose clock runs two minutes ahead (Debian's ``faketime``); another stream creating a
+micro-batch's plan while the first creates it.
 
 Each stream is the speed job as a speed container runs it (spark-submit, in a process group of
 its own); each host has a state directory of its own, and the tables, checkpoint and leases are
@@ -202,6 +203,54 @@ def test_a_stream_paused_past_its_lease_while_another_host_takes_over_lands_no_o
     failed = first.failure()
     assert code != 0 and failed is not None and failed.error_type == "StreamRunningError", first.tail()
     assert failed.transient and "speed stream" in failed.error, failed
+
+
+def test_a_stream_paused_inside_its_commit_while_another_host_commits_that_micro_batch_lands_it_once(
+        tmp_path, kafka_bootstrap, s3_gateway):
+    """The worst moment to pause: after every check a stream makes of its lease, inside the commit
+    of a micro-batch's rows (its commit file on its way to the store). Another host's stream takes
+    the lease and commits that micro-batch; the first, resumed, must not land it again: its commit
+    is Delta's compare-and-swap on the micro-batch's transaction id, not a blind append."""
+    with StoreProxy(s3_gateway.port) as proxy:
+        bucket = f"lake-{uuid.uuid4().hex[:8]}"
+        s3_gateway.create_bucket(bucket)
+        store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
+        suffix = uuid.uuid4().hex[:8]
+
+        def host(name: str, endpoint: str):
+            lake = {"root": f"s3a://{bucket}/lake", "checkpoints": f"s3a://{bucket}/checkpoints",
+                    "object_store": {**store, "endpoint": endpoint}}
+            return make_config(tmp_path / name, kafka_bootstrap, lake=lake, topic_suffix=suffix)
+
+        a = host("host-a", proxy.endpoint)  # host a reaches the store through the proxy
+        b = host("host-b", s3_gateway.endpoint)  # (loaded last: this process reads the store directly)
+        ds = a.dataset("job_views")
+        produce(a, ds, 300, bad_fraction=0.1, seed=7)
+        first = Stream(a, ds, tmp_path / "host-a.log")
+        other: dict = {}
+
+        def pause_inside_the_commit(_head: bytes) -> None:
+            first.signal(signal.SIGSTOP)
+            try:
+                other["stream"] = take_over(b, ds, tmp_path / "host-b.log", 240)
+            finally:
+                first.signal(signal.SIGCONT)  # then the held commit goes on to the store
+
+        try:
+            wait_landed(b, ds, 300, 240, first)
+            proxy.on_request(rf"PUT /{bucket}/lake/speed/{ds.name}/_delta_log/\d{{20}}\.json[ ?]",
+                             pause_inside_the_commit)
+            produce(a, ds, 200, bad_fraction=0.1, seed=8)
+            code = first.wait(400)
+        finally:
+            first.stop()
+        assert other["stream"].proc.returncode == 0, other["stream"].tail()
+    produce(a, ds, 100, bad_fraction=0.1, seed=9)
+    after = Stream(b, ds, tmp_path / "host-b.log", available_now=True)
+    assert after.wait(300) == 0, after.tail()
+    assert exactness(b, ds) == (600, 0, 0)
+    failed = first.failure()
+    assert code != 0 and failed is not None and failed.error_type == "StreamRunningError", first.tail()
 
 
 @pytest.mark.skipif(FAKETIME is None, reason="Debian's faketime is not installed (make setup-test installs it)")
