@@ -47,6 +47,11 @@ class QualityRecord:
     failed: list[str]
     warned: list[str]
 
+    @classmethod
+    def from_dict(cls, d: dict | None) -> QualityRecord | None:
+        """Back from its JSON form (``DatasetStatus.to_dict``: the loglake page's values)."""
+        return None if d is None else cls(**d)
+
 
 @dataclass(frozen=True)
 class AuditRecord:
@@ -61,6 +66,11 @@ class AuditRecord:
     duplicated: int
     unexpected: int
     partitions: list[dict]
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> AuditRecord | None:
+        """Back from its JSON form (``DatasetStatus.to_dict``: the loglake page's values)."""
+        return None if d is None else cls(**d)
 
 
 def last_quality(config: Config, ds: Dataset) -> QualityRecord | None:

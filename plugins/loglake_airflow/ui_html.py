@@ -47,6 +47,7 @@ def _templates():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
+    from loglake.ledger.results import AuditRecord, QualityRecord
     from loglake.ledger.schemas import format_text, schema_text
     from loglake.ops.status import audit_text, format_duration, lost_text, quality_text, retention_text, writer_text
 
@@ -59,7 +60,10 @@ def _templates():
         return format_duration(value) if field in ("lag_seconds", "retention_seconds") else str(value)
 
     env.globals.update(css=Markup(CSS), dag_ids=DAG_IDS, partition_fields=PARTITION_FIELDS, shown=shown,
-                       retention_text=retention_text, quality_text=quality_text, audit_text=audit_text,
+                       retention_text=retention_text,
+                       # The page's values are DatasetStatus.to_dict()'s: read back into the records.
+                       quality_text=lambda q: quality_text(QualityRecord.from_dict(q)),
+                       audit_text=lambda a: audit_text(AuditRecord.from_dict(a)),
                        writer_text=writer_text, lost_text=lost_text, format_text=format_text, schema_text=schema_text,
                        state_class=lambda state: {"published": "ok", "ok": "ok", "failed": "bad"}.get(state, "muted"))
     return env
