@@ -199,8 +199,8 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
             assert shown[name, t.layer, "version"] == ("" if t.version is None else str(t.version))
             assert shown[name, t.layer, "files"] == ("" if t.files is None else str(t.files))
         q, a = st.quality, st.audit
-        assert shown[name, None, "quality"] == ("none" if q is None else "published" if q["published"] else "failed")
-        assert shown[name, None, "audit"] == ("none" if a is None else "ok" if a["ok"] else "failed")
+        assert shown[name, None, "quality"] == ("none" if q is None else "published" if q.published else "failed")
+        assert shown[name, None, "audit"] == ("none" if a is None else "ok" if a.ok else "failed")
     assert (shown["job_views", None, "quality"], shown["job_views", None, "audit"]) == ("published", "ok")
     charts = {(d, c): (n, w, values) for d, c, n, w, values in drawn}
     assert {c for d, c in charts if d == "job_views"} == {"speed_lag_seconds", "batch_lag_records",
