@@ -333,10 +333,12 @@ FIRST_USE = {
 
 
 def ensure(kind: str, say=print) -> list[Path]:
-    """The jars of ``kind``, fetched now when this machine has none yet (or older ones), with a
-    line before and after: what ``make setup`` leaves to first use (``loglake.local.fetch``)."""
-    if is_current(kind):
-        return built(kind, jar_dir(kind))
+    """The jars of ``kind``, fetched now when this machine has none yet, with a line before and
+    after: what ``make setup`` leaves to first use (``loglake.local.fetch``). A set that is there
+    is used as it is (an image's read-only cache; ``make setup-test`` renews one whose POM changed)."""
+    there = built(kind, jar_dir(kind))
+    if there:
+        return there
     what = FIRST_USE.get(kind, f"the {kind} jars")
     say(f"setup: fetching {what}, once, into {jar_dir(kind)} ...")
     t0 = time.monotonic()
