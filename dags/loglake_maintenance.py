@@ -2,7 +2,10 @@
 ### loglake_maintenance — keep every dataset's Delta tables compact while the streams write
 
 Hourly by default (set `LOGLAKE_MAINTENANCE_SCHEDULE` in Airflow's environment to a cron
-expression or preset to change it; it is read when the file is parsed):
+expression or preset to change it; it is read when the file is parsed). Its first scheduled
+run is at the schedule's next time after the DAG is first switched on, not at once: on a
+fresh platform there is nothing to maintain yet, and a run at `loglake up` would hold the
+datasets' maintenance leases while the first batch run waits for them.
 
 1. **tables** lists the datasets that have at least one table (speed, batch, quarantine,
    a changelog's latest state); the tables are in the task log.
@@ -40,7 +43,10 @@ with DAG(
     dag_id="loglake_maintenance",
     schedule=os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly"),
     doc_md=__doc__,
-    **DAG_DEFAULTS,
+    # No start date: with one in the past and no catch-up, Airflow runs the most recent past
+    # interval at once when the DAG is switched on; without one, its cron timetable waits for
+    # the next time (run_immediately=False).
+    **{**DAG_DEFAULTS, "start_date": None},
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))

@@ -222,6 +222,26 @@ def test_schedule_can_be_overridden_by_environment(monkeypatch, dag_file, variab
     assert module.dag.timetable.expression == default
 
 
+def first_scheduled_run(dag):
+    """When the scheduler runs ``dag`` first after it is switched on (no run yet), as the
+    scheduler computes it: from the serialized DAG, with its start date and catch-up."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag)).next_dagrun_info(
+        last_automated_run_info=None).run_after
+
+
+def test_switched_on_the_batch_dag_runs_at_once_and_maintenance_at_its_next_time(dags):
+    """``loglake up`` switches the DAGs on: the batch DAG's latest interval runs at once (the
+    demo waits for it), maintenance waits for its schedule's next time; run at once on a fresh
+    platform it held the datasets' leases while the first batch run waited (issue 44)."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    assert first_scheduled_run(dags["loglake_batch"]) <= now
+    assert first_scheduled_run(dags["loglake_maintenance"]) > now
+
+
 def test_maintenance_maps_the_maintenance_job_over_the_listed_datasets(dags):
     dag = dags["loglake_maintenance"]
     assert dag.max_active_runs == 1
