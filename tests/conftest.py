@@ -70,6 +70,24 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: tier_rank(item.nodeid))
 
 
+def pytest_terminal_summary(terminalreporter, config):
+    """Beside ``--durations``' slowest tests, the slowest files (setup, call and teardown of
+    every test summed, as each worker ran them): what the 30-minute budget of ``make test``
+    is spent on, and where a cut would count (docs/testing.md)."""
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown") and getattr(report, "nodeid", ""):
+                path = report.nodeid.split("::", 1)[0]
+                per_file[path] = per_file.get(path, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+    if len(per_file) < 2:
+        return
+    total = sum(per_file.values())
+    terminalreporter.write_sep("=", f"slowest files (all {len(per_file)}: {total / 60:.1f} worker-minutes)")
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {path}")
+
+
 @pytest.fixture(scope="session")
 def services(tmp_path_factory) -> Lab:
     """The suite's broker and Spark session; stopped at the end of the session."""

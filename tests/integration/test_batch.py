@@ -153,6 +153,9 @@ def test_backfill_by_time_window(spark, make_config):
     assert early.offsets == 300 and all(r.start == 0 for r in early.ranges)
 
 
+# make test-long only; make test covers its parts: the serving view against a full recompute while the streams
+# write, in test_demo (the README's `loglake demo`); a recompute equal to itself in the tests above.
+@pytest.mark.long
 def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config):
     from loglake.speed.streams import SpeedStream
 
