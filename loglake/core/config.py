@@ -672,8 +672,9 @@ class AlertSettings(_Strict):
     exported as metrics (``loglake_alert_threshold``), so the rules read them, not a copy."""
 
     speed_lag_seconds: float = Field(default=600.0, gt=0)    # the oldest record the speed layer has not read
-    watermark_stale_minutes: float = Field(default=180.0, gt=0)  # since a batch run last published
+    watermark_stale_minutes: float = Field(default=180.0, gt=0)  # the oldest record batch has not published
     quarantine_ratio: float = Field(default=0.05, gt=0, le=1)   # quarantined ÷ all, over the last 15 minutes
+    retention_margin_minutes: float = Field(default=60.0, gt=0)  # until retention may delete an unprocessed offset
 
 
 class MetricsSettings(_Strict):

@@ -74,6 +74,8 @@ PARTITION_GAUGES = (
      "(0: caught up)."),
     ("loglake_batch_watermark_offset", "watermark", "The offset below which the batch layer is published."),
     ("loglake_batch_lag_records", "batch_lag", "Offsets in the log above the batch watermark."),
+    ("loglake_batch_lag_seconds", "batch_lag_seconds", "Age of the oldest record the batch layer has not "
+     "published (0: published to the log end)."),
     ("loglake_retention_remaining_seconds", "retention_seconds", "Seconds until retention may delete the oldest "
      "offset a layer has not processed (negative: overdue)."),
 )
@@ -166,7 +168,8 @@ def threshold_families(config: Config) -> list[Metric]:
                           "profile): the rules in docker/prometheus/ compare against these.", labels=["alert"])
     for alert, value in (("speed_lag_seconds", a.speed_lag_seconds),
                          ("watermark_stale_seconds", a.watermark_stale_minutes * 60),
-                         ("quarantine_ratio", a.quarantine_ratio)):
+                         ("quarantine_ratio", a.quarantine_ratio),
+                         ("retention_margin_seconds", a.retention_margin_minutes * 60)):
         f.add_metric([alert], value)
     return [f]
 

@@ -38,6 +38,9 @@ class PartitionStatus:
     lag_seconds: float | None = None
     # min(speed position, batch watermark or earliest): the oldest offset some layer still needs.
     oldest_unprocessed: int | None = None
+    # Age of the oldest record the batch layer has not published (the one at the watermark, or
+    # at the earliest offset before the first publish); 0 when published to the log end.
+    batch_lag_seconds: float | None = None
     # Seconds until retention may delete ``oldest_unprocessed`` (its timestamp +
     # retention.ms − now; negative: overdue). None: nothing unprocessed, or retention
     # never deletes (retention.ms = -1, or a compact-only topic).
@@ -106,10 +109,11 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
         needed = [s.speed_position if s.speed_position is not None else s.earliest,
                   marks.get(s.partition, s.earliest)]
         oldest[s.partition] = max(min(needed), s.earliest)
-    # Both ages come from the record at an offset: the speed position's, and the oldest
-    # unprocessed one's (often the same offset). One consumer reads them all.
-    wanted = {s.partition: [o for o in (s.speed_position, oldest[s.partition]) if o is not None and o < s.end]
-              for s in parts}
+    # The ages come from the record at an offset: the speed position's, the oldest unprocessed
+    # one's and the oldest unpublished one's (often the same offsets). One consumer reads them all.
+    unpublished = {s.partition: max(marks.get(s.partition, s.earliest), s.earliest) for s in parts}
+    wanted = {s.partition: [o for o in (s.speed_position, oldest[s.partition], unpublished[s.partition])
+                            if o is not None and o < s.end] for s in parts}
     stamps = record_timestamps(config, ds.topic, wanted)
     now = time.time() if now is None else now
 
@@ -126,6 +130,7 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
         left = None if retention is None or ts is None else (ts + retention) / 1000 - now
         result.append(PartitionStatus(s.partition, s.earliest, s.end, s.speed_position, marks.get(s.partition),
                                       lag_seconds=age(s.partition, s.speed_position, s.end),
+                                      batch_lag_seconds=age(s.partition, unpublished[s.partition], s.end),
                                       oldest_unprocessed=old, retention_seconds=left))
 
     lost = [{k: r[k] for k in ("partition", "start", "end", "reason", "recorded_by", "committed_at")}

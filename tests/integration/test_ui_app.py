@@ -105,6 +105,10 @@ def test_status_reads_ages_and_retention_from_the_log(spark, state):
         # Its deadline is its own Kafka timestamp (as the speed table recorded it) + retention.ms.
         expected = ts[p.partition, p.oldest_unprocessed] + WEEK_MS / 1000 - st.at
         assert p.retention_seconds == pytest.approx(expected, abs=0.002)
+        # The oldest record batch has not published: at the watermark on partition 0, at the
+        # earliest offset where batch never published (the alert LoglakeWatermarkStale reads it).
+        unpublished = p.watermark if p.partition == 0 else p.earliest
+        assert p.batch_lag_seconds == pytest.approx(st.at - ts[p.partition, unpublished], abs=0.002)
     assert st.quality.published is True and st.quality.run_id == "test-run"
     assert st.audit is None  # no audit table yet
     tables = {t.layer: t for t in st.tables}
@@ -113,6 +117,7 @@ def test_status_reads_ages_and_retention_from_the_log(spark, state):
     ceos = dataset_status(config, config.dataset("company_ceos"))
     assert ceos.retention_ms is None and ceos.cleanup_policy == "compact"
     assert all(p.retention_seconds is None and p.lag_seconds is None for p in ceos.partitions)
+    assert all(p.batch_lag_seconds == 0.0 for p in ceos.partitions)  # an empty log: nothing to publish
     assert [t.version for t in ceos.tables] == [None] * 4  # nothing written: no tables yet
 
     lines = format_status(ds, st)

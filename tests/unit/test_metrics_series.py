@@ -67,11 +67,13 @@ def test_a_snapshot_becomes_the_metrics_with_its_values():
                          "seconds": 1.5})
     series.fold(totals, {"t": 20.0, "kind": "job", "job": "batch", "ok": True, "seconds": 33.0, "records": 95,
                          "quarantined": {"bad_json": 5}, "phases": {"prepare": 3.0, "ledger": 1.0}, "published": True})
+    from loglake.ops.status import PartitionStatus
+
+    # The partitions in the shape status makes them (PartitionStatus.to_dict), not by hand.
     snap = {"partitions": [
-        {"partition": 0, "earliest": 0, "end": 60, "speed_position": 50, "watermark": 40, "lag_seconds": 7.5,
-         "oldest_unprocessed": 40, "retention_seconds": 3600.0, "speed_lag": 10, "batch_lag": 20},
-        {"partition": 1, "earliest": 5, "end": 45, "speed_position": None, "watermark": None, "lag_seconds": None,
-         "oldest_unprocessed": 5, "retention_seconds": None, "speed_lag": None, "batch_lag": 40}],
+        PartitionStatus(0, 0, 60, 50, 40, lag_seconds=7.5, oldest_unprocessed=40, batch_lag_seconds=12.5,
+                        retention_seconds=3600.0).to_dict(),
+        PartitionStatus(1, 5, 45, None, None, oldest_unprocessed=5, batch_lag_seconds=30.0).to_dict()],
         "lost": [{"partition": 1, "start": 0, "end": 5}],
         "quality": {"validated_at": "2026-11-28T10:00:00+00:00", "failed": []},
         "audit": {"audited_at": "2026-11-28T10:01:00+00:00", "ok": False, "missing": 2, "duplicated": 0,
@@ -96,6 +98,9 @@ def test_a_snapshot_becomes_the_metrics_with_its_values():
     assert ("loglake_speed_lag_records", (("dataset", "job_views"), ("partition", "1"))) not in got  # no position
     assert value("loglake_batch_watermark_offset", partition="0") == 40
     assert value("loglake_batch_lag_records", partition="1") == 40
+    # Served before any publish (partition 1 has no watermark): the watermark alert reads it.
+    assert value("loglake_batch_lag_seconds", partition="1") == 30.0
+    assert value("loglake_batch_lag_seconds", partition="0") == 12.5
     assert value("loglake_retention_remaining_seconds", partition="0") == 3600
     assert value("loglake_lost_offsets_total", partition="1") == 5 and value("loglake_lost_offsets_total", partition="0") == 0
     assert value("loglake_records_total", layer="speed") == 90 and value("loglake_records_total", layer="batch") == 95
