@@ -61,7 +61,15 @@ class _Fixed(Collector):
         yield from self.families
 
 
-def test_a_snapshot_becomes_the_metrics_with_its_values():
+def test_a_snapshot_becomes_the_metrics_with_its_values(tmp_path):
+    import socket
+
+    from loglake.ledger.leases import holders, writer
+
+    config = _config(tmp_path)
+    # The lease holder as production records it: a real writer lease, read back as status does.
+    with writer(config, "job_views", "batch", "r9", export=False):
+        held = holders(config, ["job_views"])["job_views"]
     totals = series.empty_totals()
     series.fold(totals, {"t": 10.0, "kind": "micro_batch", "records": 90, "quarantined": {"bad_json": 7, "null_key": 3},
                          "seconds": 1.5})
@@ -78,7 +86,7 @@ def test_a_snapshot_becomes_the_metrics_with_its_values():
         "quality": {"validated_at": "2026-11-28T10:00:00+00:00", "failed": []},
         "audit": {"audited_at": "2026-11-28T10:01:00+00:00", "ok": False, "missing": 2, "duplicated": 0,
                   "unexpected": 0},
-        "writer": {"job": "batch", "run_id": "r9", "host": "h"},
+        "writer": held,
         "tables": [{"layer": "speed", "version": 4}, {"layer": "batch", "version": None}],
         "totals": totals}
     registry = CollectorRegistry(auto_describe=False)
@@ -115,7 +123,7 @@ def test_a_snapshot_becomes_the_metrics_with_its_values():
     assert value("loglake_quality_passed") == 1 and value("loglake_audit_passed") == 0
     assert value("loglake_audit_missing_offsets") == 2
     assert value("loglake_writer_lease_held") == 1
-    assert value("loglake_writer_lease_holder", kind="batch", run_id="r9", host="h") == 1
+    assert value("loglake_writer_lease_holder", kind="batch", run_id="r9", host=socket.gethostname()) == 1
     assert value("loglake_table_version", layer="speed") == 4
 
 
