@@ -187,8 +187,12 @@ class _ObjectSeries:
             objectstore.put_text(f"{series_uri}/events/{window:010d}-{self.writer}.jsonl", text)
 
     def read(self, series_uri: str, since: float | None) -> tuple[dict | None, str | None, list[dict]]:
-        """(the base, its ETag, the events of the windows not wholly before ``since``)."""
-        base, etag = objectstore.get_json(f"{series_uri}/base.json")
+        """(the base, its ETag, the events of the windows not wholly before ``since``).
+
+        The windows first, the base last: a compaction writes its base before it deletes the
+        windows it folded, so a window this read missed (deleted meanwhile) is in the base it
+        reads after, and an event in both is counted once (``_with_base``). Read the other way
+        round, a compaction between the two dropped the events it folded (a counter dipped)."""
         listed = objectstore.listing(f"{series_uri}/events/")
         every = []
         with self.lock:
@@ -207,6 +211,7 @@ class _ObjectSeries:
                     self.cache[uri] = cached
             every.extend(cached[1])
         every.sort(key=lambda e: e.get("t", 0))
+        base, etag = objectstore.get_json(f"{series_uri}/base.json")
         return base, etag, every
 
     def compact(self, series_uri: str, cutoff: float) -> int:

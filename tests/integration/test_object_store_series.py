@@ -71,3 +71,29 @@ def test_compaction_folds_old_windows_into_the_base_and_counts_each_event_once(s
     assert other.compact(f"{series.store_root(config)}/job_views", now) == 0
     monkeypatch.undo()
     assert series.totals(series.events(config, "job_views")) == before
+
+
+def test_a_read_that_a_compaction_overtakes_counts_every_event_once(store_config, monkeypatch):
+    """A reader lists the windows while another exporter compacts: the events folded into the
+    new base and the windows deleted under it are each counted once (a counter must not dip:
+    Prometheus takes a dip for a reset). Independent count: the events recorded."""
+    config = store_config
+    w = series.WINDOW_SECONDS
+    now = time.time() // w * w
+    for i, age in enumerate((5 * w, 4 * w, 3 * w, 2 * w, w / 2)):
+        series.record(config, "job_views", "micro_batch", at=now - age, records=10 ** i, quarantined={}, seconds=1.0)
+    recorded = sum(10 ** i for i in range(5))
+    listing = objectstore.listing
+    overtaken = []
+
+    def listing_while_another_compacts(prefix: str):
+        # Between this reader's first look and its listing, another exporter folds and deletes.
+        if not overtaken and prefix.endswith("/events/"):
+            overtaken.append(True)
+            monkeypatch.setattr(objectstore, "listing", listing)
+            assert series.compact(config, "job_views", keep_seconds=2.5 * w, now=now) == 3
+        return listing(prefix)
+
+    monkeypatch.setattr(objectstore, "listing", listing_while_another_compacts)
+    got = series.totals(series.events(config, "job_views"))["records"]["speed"]
+    assert overtaken and got == recorded, (got, recorded)
