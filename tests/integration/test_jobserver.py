@@ -240,6 +240,10 @@ def test_a_lease_holders_job_runs_while_jobs_of_its_dataset_wait_for_the_lease(s
         for conn in waiting:  # their callers go away: they stop waiting, never write
             conn.close()
         holder.join(120)
+        # Before the lease is given back: the application has seen both callers go. (Released
+        # at once, a waiting job whose caller's close it had not yet read could take it and run.)
+        wait_for(lambda: not (shared_app.ping(config) or {}).get("running"), 60,
+                 "the waiting jobs to stop once their callers went away")
     assert ran, "the lease holder's job did not run while two jobs of its dataset waited for the lease"
     assert still_waiting == 2  # they still waited for the lease: the holder's job did not wait for them to give up
     code, summary = answer["sent"]
