@@ -25,7 +25,7 @@ from loglake.core.errors import ConfigError, JobFailure, KafkaAuthenticationErro
 from loglake.jobs import registry
 from loglake.jobs.protocol import JobRequest, report, summary_file_of
 from loglake.jobs.session import get_spark
-from loglake.jobs.summaries import BatchSummary, JobSummary
+from loglake.jobs.summaries import BatchSummary, JobSummary, QualitySummary
 from loglake.ledger.leases import writer
 from loglake.ledger.schemas import check as check_schema
 from loglake.observe import series
@@ -113,6 +113,8 @@ def record_job(config: Config, dataset: str, job: str, summary: JobSummary) -> N
     extra = {}
     if isinstance(summary, BatchSummary):
         extra = {"records": summary.records, "quarantined": summary.quarantined_by_reason}
+    if isinstance(quality, QualitySummary) and quality.published:
+        extra["published_records"] = quality.published_records
     series.record(config, dataset, "job", job=job, run_id=summary.run_id, ok=True, seconds=summary.seconds,
                   phases=summary.phases, published=bool(getattr(quality, "published", False)), **extra)
 

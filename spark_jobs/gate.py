@@ -28,15 +28,18 @@ from pyspark.sql import functions as F
 from loglake.core.config import Config, Dataset, Expectation
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.core.errors import ConfigError, ForeignCommitError, OffsetError, QualityGateError
+from loglake.core.offsets import OffsetRange
 from loglake.core.predicates import range_predicate
 from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import FailedExpectation, QualitySummary
 from loglake.ledger.leases import appends_paused, check_lease
 from loglake.ledger.planning import Plan
-from loglake.ledger.ranges import ledger_path
+from loglake.ledger.ranges import ledger_path, ledger_rows, published_spans, uncovered
 from loglake.ledger.tables import staging_path, staging_root
-from spark_jobs import delta_io
+from loglake.schemaregistry.resolve import resolve
+from spark_jobs import delta_io, parse
 from spark_jobs.delta_io import table_exists
+from spark_jobs.kafka_source import read_ranges
 from spark_jobs.system_tables import append, append_ledger, serving_versions
 
 SAMPLE = 10  # offsets shown per failed expectation
@@ -172,6 +175,7 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
         except ForeignCommitError as e:
             foreign = e
     published = not failed and foreign is None
+    new_records = 0
     ranges_json = json.dumps([{"partition": r.partition, "start": r.start, "end": r.end} for r in ranges])
     with phases("results"):
         append(spark, config, QUALITY_RESULTS, [
@@ -185,12 +189,12 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
                                                           "loglake_step": "swap in the validated rows",
                                                           "loglake_ranges": delta_io.ranges_text(ranges)}):
                         swap_in(spark, config, ds, ranges, run_id)
-                publish(spark, config, ds, written)
+                new_records = publish(spark, config, ds, written)
         finally:
             if staged:
                 drop_staging(spark, config, ds, run_id)
     result = QualitySummary(dataset=ds.name, run_id=run_id, ranges=len(ranges), expectations=len(ds.quality),
-                            published=published, rows=count, staged=staged,
+                            published=published, rows=count, staged=staged, published_records=new_records,
                             failed=tuple(_brief(o) for o in failed), warned=tuple(_brief(o) for o in warned),
                             seconds=round(time.monotonic() - started, 3), phases=phases.seconds)
     if failed:
@@ -237,9 +241,37 @@ def _brief(o: dict) -> FailedExpectation:
                                                    "sample_offsets")})
 
 
-def publish(spark: SparkSession, config: Config, ds: Dataset, written: list[dict]) -> None:
+def publish(spark: SparkSession, config: Config, ds: Dataset, written: list[dict]) -> int:
     """Append the written ranges to the ledger as published, with the versions readers now
     serve: the watermark may pass them. Refused (``ForeignCommitError``) when a commit loglake
-    did not make lies between the versions served so far and those (``serving_versions``)."""
+    did not make lies between the versions served so far and those (``serving_versions``).
+
+    Returns the valid records of the offsets no range had published before: each offset is
+    counted once in the batch layer's ``loglake_records_total``, however often it is recomputed."""
     versions = serving_versions(config, ds)
+    new = first_published(spark, config, ds, written)
     append_ledger(spark, config, [{**w, **versions, "state": "published"} for w in written])
+    return new
+
+
+def first_published(spark: SparkSession, config: Config, ds: Dataset, written: list[dict]) -> int:
+    """The valid records of ``written``'s offsets that no published range covers yet. As the
+    batch job counted them (``fresh_from``, ``fresh_records``) when the published coverage is
+    still what it planned with; else (another run published part of them meanwhile) read
+    again from the log and validated (a Spark pass over those offsets only)."""
+    run_id = written[0]["run_id"] if written else None
+    spans = published_spans(ledger_rows(config, ds), exclude_run=run_id)
+    total, again = 0, []
+    for w in written:
+        parts = uncovered(spans.get(w["partition"], ()), w["start"], w["end"])
+        fresh = w.get("fresh_from")
+        if not parts:
+            continue
+        if fresh is not None and w.get("fresh_records") is not None and parts == [(fresh, w["end"])]:
+            total += int(w["fresh_records"])
+        else:
+            again += [OffsetRange(ds.topic, w["partition"], s, e) for s, e in parts]
+    if again:
+        validated = parse.validate(read_ranges(spark, config, again), resolve(config, ds))
+        total += validated.where(F.col("_reason").isNull()).count()
+    return total

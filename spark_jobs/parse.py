@@ -249,7 +249,7 @@ def _carry(bad: Column) -> Column:
 
 
 def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partitions: Sequence[int] = (),
-            exact: bool = True) -> tuple[DataFrame, Observation]:
+            exact: bool = True, fresh_from: Sequence[int | None] = ()) -> tuple[DataFrame, Observation]:
     """``validated`` with its rows counted as a write reads them (no extra pass).
 
     After the first action on the returned frame (or one derived from it), the
@@ -258,7 +258,8 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
     rows themselves while they are few (``CARRY_ROWS``, ``CARRY_BYTES``; ``quarantined``
     writes them); and where the quarantined records are, for ``bad_records`` when they are
     more: ``bad`` ("p:o,p:o,...", ``exact``) or, per partition in ``partitions``,
-    ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded).
+    ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded). With ``fresh_from`` (an
+    offset or None per range), ``fresh_<i>``: range ``i``'s valid records from that offset on.
     """
     bad = F.col("_reason").isNotNull()
     metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
@@ -275,6 +276,8 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
     for i, r in enumerate(ranges):
         here = (F.col("_partition") == r.partition) & (F.col("_offset") >= r.start) & (F.col("_offset") < r.end)
         metrics += [F.count_if(here & ~bad).alias(f"records_{i}"), F.count_if(here & bad).alias(f"quarantined_{i}")]
+        if i < len(fresh_from) and fresh_from[i] is not None:
+            metrics.append(F.count_if(here & ~bad & (F.col("_offset") >= fresh_from[i])).alias(f"fresh_{i}"))
     obs = Observation("loglake_counts")
     return validated.observe(obs, *metrics), obs
 

@@ -29,7 +29,7 @@ from loglake.jobs.summaries import BatchSummary
 from loglake.kafka.admin import dataset_bounds
 from loglake.ledger.leases import appends_paused, check_lease
 from loglake.ledger.planning import Plan
-from loglake.ledger.ranges import batch_watermarks
+from loglake.ledger.ranges import batch_watermarks, fresh_from, ledger_rows, published_spans
 from loglake.ledger.tables import staging_path
 from loglake.schemaregistry.resolve import resolve
 from spark_jobs import delta_io, evolution, parse
@@ -67,13 +67,13 @@ def _replace(df: DataFrame, ds: Dataset, path: str, predicate: str, pause=None) 
 
 def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
            validated: DataFrame, batch_path: str, quarantine_path: str, pause,
-           phases: Phases) -> tuple[dict, dict[str, int]]:
+           phases: Phases, fresh: list[int | None]) -> tuple[dict, dict[str, int]]:
     """The batch run's writes: valid rows, then its quarantine; the observed counts, and the
     quarantined records per reason code."""
     # The first write reads, validates and counts (per partition, for the ledger).
     exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
     observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
-                                          exact=exact)
+                                          exact=exact, fresh_from=fresh)
     valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
     if ds.kind == "changelog":
         state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
@@ -128,6 +128,10 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
         raw = read_ranges(spark, config, ranges)
         validated = parse.validate(raw, ds)
         staged = must_stage(config, ds, ranges)
+        # Per range, where the offsets no published range covers begin: the publish counts the
+        # valid records from there on as the batch layer's new ones (each offset once).
+        spans = published_spans(ledger_rows(config, ds), exclude_run=run_id)
+        fresh = [fresh_from(spans.get(r.partition, ()), r.start, r.end) for r in ranges]
     if staged:  # written aside: the quality gate swaps it in when it passes
         batch_path, quarantine_path = (staging_path(config, ds, run_id, layer) for layer in ("batch", "quarantine"))
     else:
@@ -143,7 +147,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     try:
         with delta_io.commit_metadata(spark, meta):
             n, reasons = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause,
-                                phases)
+                                phases, fresh)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
@@ -151,7 +155,8 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
         append_ledger(spark, config, [
             {"dataset": ds.name, "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
              "records": n[f"records_{i}"], "quarantined": n[f"quarantined_{i}"],
-             "run_id": run_id, "state": "written", "schema_version": schema_version} for i, r in enumerate(ranges)])
+             "run_id": run_id, "state": "written", "schema_version": schema_version, "fresh_from": fresh[i],
+             "fresh_records": None if fresh[i] is None else n.get(f"fresh_{i}", 0)} for i, r in enumerate(ranges)])
     seconds = time.monotonic() - started
     records = sum(n[f"records_{i}"] for i in range(len(ranges)))
     quarantined = sum(n[f"quarantined_{i}"] for i in range(len(ranges)))

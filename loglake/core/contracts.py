@@ -123,6 +123,9 @@ LEDGER = SystemTable("offsets ledger", "_ledger/offsets", contract(
     ("reason", "string", "lost: why the operator accepted the loss"),
     ("recorded_by", "string", "lost: who accepted it (user@host)"),
     ("schema_version", "bigint", "written/published: the dataset's schema version the range was validated under"),
+    ("fresh_from", "bigint", "written/published: from here to the range's end no range was published when the "
+                             "run planned (null: a gap below a published span)"),
+    ("fresh_records", "bigint", "written/published: the valid records of [fresh_from, end)"),
 ))
 
 # One row per form of a dataset's schema that loglake ran with (``loglake.ledger.schemas``).

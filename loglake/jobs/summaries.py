@@ -82,6 +82,7 @@ class QualitySummary(JobSummary):
     ranges: int = 0
     expectations: int = 0
     published: bool = False
+    published_records: int = 0  # valid records of offsets no range had published before
     rows: int = 0
     staged: bool = False
     failed: tuple[FailedExpectation, ...] = ()

@@ -108,3 +108,53 @@ def compute_watermarks(ledger: Sequence[Mapping], earliest: Mapping[int, int] | 
             w = max(w, e)
         marks[p] = w
     return marks
+
+
+# Ledger states whose ranges the batch layer published (``loglake_records_total{layer="batch"}``
+# counts each offset once, when a range first publishes it; a lost range published nothing).
+PUBLISHING = (None, "published")
+
+
+def published_spans(ledger: Sequence[Mapping], exclude_run: str | None = None) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the merged ``[start, end)`` spans some published range covers (rows of
+    run ``exclude_run`` left out: a run's own earlier try does not make its offsets old)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for row in ledger:
+        if row.get("state") in PUBLISHING and row["end"] > row["start"] and (
+                exclude_run is None or row.get("run_id") != exclude_run):
+            spans.setdefault(int(row["partition"]), []).append((int(row["start"]), int(row["end"])))
+    merged: dict[int, list[tuple[int, int]]] = {}
+    for p, found in spans.items():
+        out: list[tuple[int, int]] = []
+        for s, e in sorted(found):
+            if out and s <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], e))
+            else:
+                out.append((s, e))
+        merged[p] = out
+    return merged
+
+
+def uncovered(spans: Sequence[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` that no span of ``spans`` (merged, sorted) covers."""
+    out, at = [], start
+    for s, e in spans:
+        if e <= at or s >= end:
+            continue
+        if s > at:
+            out.append((at, s))
+        at = max(at, e)
+        if at >= end:
+            break
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+def fresh_from(spans: Sequence[tuple[int, int]], start: int, end: int) -> int | None:
+    """Where the part of ``[start, end)`` that ``spans`` leaves uncovered begins, when that part
+    is one tail ``[f, end)`` (``end`` when all is covered); None when a gap lies below a covered span."""
+    parts = uncovered(spans, start, end)
+    if not parts:
+        return end
+    return parts[0][0] if len(parts) == 1 and parts[0][1] == end else None

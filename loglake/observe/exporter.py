@@ -104,8 +104,11 @@ def dataset_families(name: str, d: dict) -> list[Metric]:
         lost_family.add_metric([name, str(p["partition"])], lost.get(p["partition"], 0))
 
     t = d["totals"]
-    records = CounterMetricFamily("loglake_records", "Valid records a layer wrote.", labels=["dataset", "layer"])
-    quarantined = CounterMetricFamily("loglake_quarantined_records", "Records a layer quarantined, by reason.",
+    records = CounterMetricFamily("loglake_records", "Valid records a layer took in, each offset once: the speed "
+                                  "layer's micro-batches, the batch layer's publishes (a range recomputed again "
+                                  "adds none).", labels=["dataset", "layer"])
+    quarantined = CounterMetricFamily("loglake_quarantined_records", "Records a layer's runs quarantined, by reason "
+                                      "(the batch layer counts each run: a range recomputed twice counts twice).",
                                       labels=["dataset", "layer", "reason"])
     for layer in series.LAYERS:
         records.add_metric([name, layer], t["records"][layer])

@@ -246,7 +246,7 @@ def observe(histogram: dict, value: float) -> None:
 
 def empty_totals() -> dict:
     return {
-        "records": {layer: 0 for layer in LAYERS},       # valid records each layer wrote
+        "records": {layer: 0 for layer in LAYERS},       # valid records each layer took in, each offset once
         "quarantined": {layer: {} for layer in LAYERS},  # per reason code
         "micro_batches": 0,
         "micro_batch_seconds": empty_histogram(),
@@ -278,8 +278,10 @@ def fold(t: dict, e: dict) -> None:
         observe(j["seconds"], float(e.get("seconds", 0.0)))
         t["last_job"][job] = {k: e.get(k) for k in ("t", "run_id", "ok", "seconds", "phases")}
         if e.get("ok", True) and job == "batch":
-            t["records"]["batch"] += int(e.get("records", 0))
             _add_reasons(t["quarantined"]["batch"], e.get("quarantined") or {})
+        if e.get("ok", True) and e.get("published_records") is not None:
+            # Each offset once: a publish counts the valid records of offsets none had published before.
+            t["records"]["batch"] += int(e["published_records"])
         if e.get("published"):
             t["last_publish"] = max(t["last_publish"] or 0, e["t"])
 

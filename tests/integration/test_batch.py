@@ -20,9 +20,11 @@ from loglake.ledger.planning import Plan, plan_backfill, plan_batch
 from loglake.core.processes import Managed, wait_for
 from loglake.local.demo import DEMO_SQL
 from loglake.local.produce import produce
+from loglake.observe import series
 from spark_jobs.recompute import recompute_from_log, run_batch
 from spark_jobs.compare import compare
 from spark_jobs.pipeline import recompute_and_publish
+from spark_jobs.entry import record_job
 from spark_jobs.gate import run_quality
 from loglake.serving.spark import serving_view
 from spark_jobs.streaming import run_speed
@@ -48,11 +50,20 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     first = run_batch(spark, config, ds, plan, "run-1")
     assert (first.records, first.quarantined) == (res.good, res.bad)
     assert batch_watermarks(config, ds) == {}, "a written range is not published before its quality gate"
-    assert run_quality(spark, config, ds, plan, "run-1").published
+    counted = []
+
+    def published(quality) -> int:  # as the job's entry records it in the metrics series
+        record_job(config, ds.name, "quality", quality)
+        counted.append(series.totals(series.events(config, ds.name))["records"]["batch"])
+        return quality.published_records
+
+    quality = run_quality(spark, config, ds, plan, "run-1")
+    assert quality.published and published(quality) == res.good
     batch_path, q_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     hashes = row_hashes(spark, batch_path), row_hashes(spark, q_path)
     assert len(hashes[0]) == res.good and len(hashes[1]) == res.bad
-    recompute_and_publish(spark, config, ds, plan, "run-2")
+    # Recomputed again: the same tables, and no record counted twice (issue 45: loglake_records_total).
+    assert published(recompute_and_publish(spark, config, ds, plan, "run-2").quality) == 0
     assert (row_hashes(spark, batch_path), row_hashes(spark, q_path)) == hashes
     ends = {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items()}
     assert batch_watermarks(config, ds) == {p: e for p, e in ends.items() if e > 0}
@@ -61,6 +72,19 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
     assert sum(r["records"] for r in ledger if r["run_id"] == "run-1" and r["state"] == "published") == res.good
     # Nothing new: the scheduled plan is empty.
     assert plan_batch(config, ds).empty
+
+    # A backfill of the whole log (published offsets and new ones) that another run overtakes
+    # before it publishes: each adds only the valid records none had published before, the
+    # backfill's counted again from the log as what the other left.
+    more = produce(config, ds, 300, bad_fraction=0.05, seed=52)
+    whole = full_log(config, ds)
+    run_batch(spark, config, ds, whole, "backfill")
+    half = Plan(ds.name, tuple(OffsetRange(ds.topic, r.partition, ends[r.partition], (ends[r.partition] + r.end) // 2)
+                               for r in whole.ranges))
+    overtaking = published(recompute_and_publish(spark, config, ds, half, "overtakes").quality)
+    rest = published(run_quality(spark, config, ds, whole, "backfill"))
+    assert overtaking + rest == more.good and 0 < overtaking < more.good
+    assert counted == sorted(counted) and counted[-1] == res.good + more.good  # the producer's count
 
 
 def test_quarantined_records_carried_read_by_the_driver_and_by_a_second_pass_are_the_same(spark, make_config,
@@ -227,7 +251,7 @@ def test_changelog_rebuild_equals_last_value_per_key(spark, make_config):
     assert summary.records == first.good + second.good and summary.staged
     # Written aside: the batch table holds the rebuilt state once the quality gate swapped it in.
     assert not Path(config.table_path(ds, "batch")).exists()
-    run_quality(spark, config, ds, plan, "rebuild")
+    assert run_quality(spark, config, ds, plan, "rebuild").published_records == first.good + second.good
     got = {r["company_id"]: r["ceo"] for r in spark.read.format("delta").load(config.table_path(ds, "batch")).collect()}
     assert got == {k: v["ceo"] for k, v in expected.items()}
 
@@ -237,3 +261,5 @@ def test_changelog_rebuild_equals_last_value_per_key(spark, make_config):
     expected = {k: v for k, v in {**first.last_value, **second.last_value, **third.last_value}.items()}
     view = {r["company_id"]: r["ceo"] for r in serving_view(spark, config, ds).collect()}
     assert view == {k: v["ceo"] for k, v in expected.items() if v is not None}
+    # Every run recomputes the whole log; each publishes as new only what none published before.
+    assert recompute_and_publish(spark, config, ds, plan_batch(config, ds), "next").quality.published_records == third.good

@@ -74,7 +74,14 @@ def test_a_snapshot_becomes_the_metrics_with_its_values(tmp_path):
     series.fold(totals, {"t": 10.0, "kind": "micro_batch", "records": 90, "quarantined": {"bad_json": 7, "null_key": 3},
                          "seconds": 1.5})
     series.fold(totals, {"t": 20.0, "kind": "job", "job": "batch", "ok": True, "seconds": 33.0, "records": 95,
-                         "quarantined": {"bad_json": 5}, "phases": {"prepare": 3.0, "ledger": 1.0}, "published": True})
+                         "quarantined": {"bad_json": 5}, "phases": {"prepare": 3.0, "ledger": 1.0}})
+    # The batch layer's records are counted when they publish (each offset once), not when written.
+    series.fold(totals, {"t": 21.0, "kind": "job", "job": "quality", "ok": True, "seconds": 3.0, "published": True,
+                         "published_records": 95})
+    series.fold(totals, {"t": 22.0, "kind": "job", "job": "batch", "ok": True, "seconds": 30.0, "records": 95,
+                         "quarantined": {"bad_json": 5}, "phases": {"prepare": 3.0}})  # a re-run of the range
+    series.fold(totals, {"t": 23.0, "kind": "job", "job": "quality", "ok": True, "seconds": 3.0, "published": True,
+                         "published_records": 0})
     from loglake.ops.status import PartitionStatus
 
     # The partitions in the shape status makes them (PartitionStatus.to_dict), not by hand.
@@ -113,13 +120,13 @@ def test_a_snapshot_becomes_the_metrics_with_its_values(tmp_path):
     assert value("loglake_lost_offsets_total", partition="1") == 5 and value("loglake_lost_offsets_total", partition="0") == 0
     assert value("loglake_records_total", layer="speed") == 90 and value("loglake_records_total", layer="batch") == 95
     assert value("loglake_quarantined_records_total", layer="speed", reason="bad_json") == 7
-    assert value("loglake_quarantined_records_total", layer="batch", reason="bad_json") == 5
+    assert value("loglake_quarantined_records_total", layer="batch", reason="bad_json") == 10  # each run's
     assert value("loglake_micro_batch_duration_seconds_bucket", le="1.0") == 0
     assert value("loglake_micro_batch_duration_seconds_bucket", le="2.0") == 1
     assert value("loglake_micro_batch_duration_seconds_count") == 1 and value("loglake_micro_batch_duration_seconds_sum") == 1.5
-    assert value("loglake_job_duration_seconds_bucket", kind="batch", le="+Inf") == 1
+    assert value("loglake_job_duration_seconds_bucket", kind="batch", le="+Inf") == 2
     assert value("loglake_job_phase_seconds", kind="batch", phase="prepare") == 3.0
-    assert value("loglake_batch_last_publish_timestamp_seconds") == 20.0
+    assert value("loglake_batch_last_publish_timestamp_seconds") == 23.0
     assert value("loglake_quality_passed") == 1 and value("loglake_audit_passed") == 0
     assert value("loglake_audit_missing_offsets") == 2
     assert value("loglake_writer_lease_held") == 1

@@ -135,3 +135,23 @@ def test_only_published_ranges_advance_the_watermark():
     assert compute_watermarks(ledger, {0: 0, 1: 0, 2: 0}) == {0: 10, 2: 7}
     ledger.append({"partition": 0, "start": 10, "end": 20, "state": "published"})
     assert compute_watermarks(ledger, {0: 0, 1: 0, 2: 0}) == {0: 20, 2: 7}
+
+
+def test_published_coverage_leaves_out_written_lost_and_the_runs_own_rows():
+    from loglake.ledger.ranges import fresh_from, published_spans, uncovered
+
+    ledger = [{"partition": 0, "start": 0, "end": 10, "state": "published", "run_id": "a"},
+              {"partition": 0, "start": 5, "end": 20, "state": None, "run_id": "old"},  # from before the gate
+              {"partition": 0, "start": 20, "end": 30, "state": "written", "run_id": "b"},
+              {"partition": 0, "start": 30, "end": 40, "state": "lost", "run_id": None},
+              {"partition": 0, "start": 50, "end": 60, "state": "published", "run_id": "c"},
+              {"partition": 1, "start": 0, "end": 5, "state": "published", "run_id": "c"}]
+    assert published_spans(ledger) == {0: [(0, 20), (50, 60)], 1: [(0, 5)]}
+    assert published_spans(ledger, exclude_run="c") == {0: [(0, 20)]}
+    spans = published_spans(ledger)[0]
+    assert uncovered(spans, 0, 20) == [] and uncovered(spans, 15, 70) == [(20, 50), (60, 70)]
+    assert uncovered(spans, 20, 50) == [(20, 50)] and uncovered([], 3, 7) == [(3, 7)]
+    assert fresh_from(spans, 0, 20) == 20  # all published: nothing fresh
+    assert fresh_from(spans, 10, 45) == 20 and fresh_from(spans, 20, 45) == 20  # one tail
+    assert fresh_from(spans, 0, 70) is None  # a gap below a published span: not one tail
+    assert fresh_from([], 7, 9) == 7
