@@ -45,31 +45,26 @@ def part_row(result, partition, layer):
     return next(r for r in result.partitions if r.partition == partition and r.layer == layer)
 
 
-def test_clean_dataset_audits_ok_and_checks_every_produced_offset(spark, make_config):
+def test_a_clean_audit_checks_every_offset_then_finds_an_injected_duplicate_and_gap(spark, make_config):
+    from delta.tables import DeltaTable
+
     config = make_config()
     ds = config.dataset("job_views")
-    res = produce(config, ds, 1200, bad_fraction=0.05, seed=61)
+    res = produce(config, ds, 900, bad_fraction=0.05, seed=62)
     build_half(spark, config, ds)
-    result = audit_dataset(config, ds, run_id="clean")
-    assert result.ok, "\n".join(format_audit(result))
-    assert (result.missing, result.duplicated, result.unexpected) == (0, 0, 0)
-    assert result.offsets_checked == res.records
+    # Clean first: every produced offset checked, once, in the layer that serves it.
+    clean = audit_dataset(config, ds, run_id="clean")
+    assert clean.ok, "\n".join(format_audit(clean))
+    assert (clean.missing, clean.duplicated, clean.unexpected) == (0, 0, 0)
+    assert clean.offsets_checked == res.records
     # Both parts did work: batch below the watermark, speed above it.
-    assert sum(r.offsets_checked for r in result.partitions if r.layer == "batch") > 0
-    assert sum(r.offsets_checked for r in result.partitions if r.layer == "speed") > 0
+    assert sum(r.offsets_checked for r in clean.partitions if r.layer == "batch") > 0
+    assert sum(r.offsets_checked for r in clean.partitions if r.layer == "speed") > 0
     # One stored row per partition and layer, read back through the record-table contract.
     stored = last_audit(config, ds)
     assert stored.run_id == "clean" and stored.ok and stored.offsets_checked == res.records
     assert len(stored.partitions) == 2 * ds.partitions
 
-
-def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
-    from delta.tables import DeltaTable
-
-    config = make_config()
-    ds = config.dataset("job_views")
-    produce(config, ds, 900, seed=62)
-    build_half(spark, config, ds)
     batch_path = config.table_path(ds, "batch")
     rows = query(open_table(batch_path), 'SELECT "_partition" AS p, "_offset" AS o FROM t ORDER BY p, o')
     p = rows[0]["p"]
@@ -95,9 +90,9 @@ def test_audit_finds_an_injected_duplicate_and_gap(spark, make_config):
     assert "FAILED" in cli.stdout and "1 missing, 1 duplicated" in cli.stdout
     assert f"[{p}] batch" in cli.stdout
     assert f"missing offsets: {gap}" in cli.stdout and f"duplicated offsets: {dup}" in cli.stdout
-    # --no-record kept the stored results to the library call's run.
-    stored = query(open_table(config.system_table_path(AUDIT_RESULTS)), "SELECT DISTINCT run_id FROM t")
-    assert [r["run_id"] for r in stored] == ["broken"]
+    # --no-record kept the stored results to the library calls' runs.
+    stored = query(open_table(config.system_table_path(AUDIT_RESULTS)), "SELECT DISTINCT run_id FROM t ORDER BY run_id")
+    assert [r["run_id"] for r in stored] == ["broken", "clean"]
 
 
 def test_non_contiguous_offsets_are_read_from_the_log(spark, make_config):

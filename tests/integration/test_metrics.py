@@ -199,7 +199,9 @@ def test_text_status_says_at_once_a_topic_is_missing_and_shows_the_counters(make
     produce(config, config.dataset("job_views"), 30, seed=5, progress=False)  # company_ceos: no topic
     series.record(config, "job_views", "micro_batch", records=27, quarantined={"bad_json": 3}, seconds=0.5)
     series.record(config, "job_views", "job", job="batch", run_id="r1", ok=True, seconds=4.0, records=27,
-                  quarantined={"bad_json": 3}, published=True)
+                  quarantined={"bad_json": 3})
+    series.record(config, "job_views", "job", job="quality", run_id="r1", ok=True, seconds=2.0, published=True,
+                  published_records=27)
     with caplog.at_level(logging.INFO, logger="loglake.retry"):
         status(config)
     out = capsys.readouterr().out
@@ -207,4 +209,4 @@ def test_text_status_says_at_once_a_topic_is_missing_and_shows_the_counters(make
     assert f"company_ceos ({ceos.topic}): topic {ceos.topic} does not exist yet" in out
     assert not [r for r in caplog.records if "company_ceos" in r.getMessage()]  # not retried
     assert ("  counted: speed 27 records + 3 quarantined (bad_json 3); batch 27 records + 3 quarantined "
-            "(bad_json 3); 1 micro-batches; job runs: batch 1; last publish ") in out
+            "(bad_json 3); 1 micro-batches; job runs: batch 1, quality 1; last publish ") in out

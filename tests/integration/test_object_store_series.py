@@ -29,8 +29,8 @@ def test_processes_each_write_their_own_objects_and_every_event_is_read(store_co
     t = series.totals(evts)
     assert t["records"]["speed"] == 540 and t["quarantined"]["speed"] == {"bad_json": 180}
     # This process's own events, recorded after those: read with the others'.
-    series.record(config, "job_views", "job", job="batch", run_id="r1", ok=True, seconds=3.0, records=5,
-                  quarantined={}, published=True)
+    series.record(config, "job_views", "job", job="quality", run_id="r1", ok=True, seconds=3.0, published=True,
+                  published_records=5)
     assert series.totals(series.events(config, "job_views"))["records"] == {"speed": 540, "batch": 5}
 
 
