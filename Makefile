@@ -25,8 +25,8 @@ jars: $(STAMP)
 	$(PY) -m loglake.local.jars kafka spark
 
 ## setup-test: beside setup's, what only the suite and the benchmarks need, fetched side by side: Chromium,
-## nginx, Prometheus, faketime (Debian), the schema registry and the S3 jars (Maven), versitygw (Go), the
-## drivers' CDS archive
+## nginx, Prometheus, faketime (Debian), the schema registry and the S3 jars (Maven), versitygw and
+## statsd_exporter (Go), the drivers' CDS archive
 setup-test: setup
 	$(PY) -m loglake.local.fetch
 

@@ -9,8 +9,9 @@ no image registry may answer, so Compose is built here from its module
 (``$LOGLAKE_CACHE`` or ~/.cache/loglake): a static binary that runs both as a plugin
 (``DOCKER_CONFIG=<cache>/docker docker compose …``) and standalone (``docker-compose …``).
 
-The Go is the one loglake's setup uses for versitygw (``loglake.local.objectstore.go_for_build``:
-Go on PATH or /usr/local/go, else the toolchain from the proxy); Go's trees stay under
+The Go is the one loglake's setup uses for versitygw and statsd_exporter
+(``loglake.local.gobuild.go_for_build``: Go on PATH or /usr/local/go, else the toolchain from
+the proxy); Go's trees stay under
 ``<cache>/go``. A stamp beside the binary holds the build's arguments: repeated runs are no-ops.
 """
 
@@ -70,7 +71,7 @@ def is_current() -> bool:
 def find_go() -> str:
     sys.path.insert(0, str(REPO))
     try:
-        from loglake.local.objectstore import go_for_build
+        from loglake.local.gobuild import go_for_build
     except ImportError:  # no loglake venv: any Go 1.24+ (Compose 2.40's go.mod) on PATH or /usr/local/go
         for go in (shutil.which("go"), "/usr/local/go/bin/go"):
             if go and os.access(go, os.X_OK):

@@ -37,6 +37,7 @@ ca=${PIP_CERT:-$(.venv/bin/python -m pip config get global.cert 2>/dev/null || t
 images=(
   "kafka      loglake-kafka:4.4.0        docker/Dockerfile.kafka      -"
   "versitygw  loglake-versitygw:1.8.0    docker/Dockerfile.versitygw  -"
+  "statsd-exporter loglake-statsd-exporter:0.31.0 docker/Dockerfile.statsd-exporter -"
   "postgres   loglake-postgres:15        docker/Dockerfile.postgres   -"
   "redis      loglake-redis:7.0          docker/Dockerfile.redis      -"
   "prometheus loglake-prometheus:2.42     docker/Dockerfile.prometheus -"

@@ -115,9 +115,9 @@ def endpoints() -> str:
                          + "; RPC authenticated (docker/secrets/spark-defaults.conf); its UI is not published"),
         ("S3 (versitygw)", f"{S3_URL}  (bucket {os.environ.get('S3_BUCKET', 'loglake')}; keys: "
                            "docker/secrets/s3_credentials; no console)"),
-        ("Prometheus", f"{PROMETHEUS_URL}  (UI and API, read-only, no login; scrapes loglake's and "
-                       "Airflow's metrics at metrics:9464 and the speed containers'; loglake's alerts: "
-                       f"{PROMETHEUS_URL}/alerts)"),
+        ("Prometheus", f"{PROMETHEUS_URL}  (UI and API, read-only, no login; scrapes loglake's metrics at "
+                       "metrics:9464, Airflow's at statsd-exporter:9102 and the speed containers'; loglake's "
+                       f"alerts: {PROMETHEUS_URL}/alerts)"),
         ("loglake on this host", "python docker/stack.py loglake status   (or: eval \"$(python docker/stack.py env)\")"),
     ]
     width = max(len(r[0]) for r in rows)

@@ -683,8 +683,9 @@ class MetricsSettings(_Strict):
     speed application's and the shared Spark application's own. Each: a port, 0 for a free one
     at each start, or null for none. Every process that serves lists its address in
     ``<state>/metrics/targets.json``, for Prometheus's ``file_sd_configs``. ``statsd_port``:
-    where the platform's exporter takes Airflow's StatsD metrics and serves them beside
-    loglake's (0: a free port; null: Airflow's metrics off).
+    the UDP port where statsd_exporter takes Airflow's StatsD metrics (``loglake up`` runs it,
+    ``loglake.local.statsd_exporter``; it serves them on a port of its own, listed as ``statsd``
+    in targets.json; 0: a free port; null: Airflow's metrics off).
     ``sample_interval``: seconds between the exporter's samples of every dataset's lag (the
     loglake page's charts); ``keep_hours``: how long the samples and events are kept apart (older
     ones are folded into the counters). ``local_processes``: the exporter reports the processes

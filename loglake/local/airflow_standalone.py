@@ -38,7 +38,7 @@ from loglake.core.processes import (
     Managed, alive, command_line, descendants, free_port, orphaned_sessions, port_open, terminate
 )
 from loglake.jobs.launch import job_env
-from loglake.observe.statsd import statsd_address
+from loglake.local.statsd_exporter import statsd_address
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The scheduler first, so no task starts while the rest goes down.
@@ -130,8 +130,6 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
         # The backfill form's dataset list (DAG files may not read conf/ when parsed).
         "LOGLAKE_DATASETS": ",".join(dataset_names(config)),
     })
-    # Airflow's own metrics, by StatsD to the platform's exporter (loglake.observe.statsd),
-    # which serves them beside loglake's.
     # Airflow's OpenLineage provider: the profile's lineage transport, or off (no warnings).
     lineage = config.profile.lineage
     if lineage is None:
@@ -139,11 +137,19 @@ def airflow_env(config: Config, port: int | None = None, *, home: Path | None = 
     else:
         env.update({"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(lineage.transport),
                     "AIRFLOW__OPENLINEAGE__NAMESPACE": lineage.namespace})
-    statsd = statsd_address(config)
-    if statsd is not None:
-        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": statsd[0],
-                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd[1]), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow"})
+    env.update(statsd_env(statsd_address(config)))
     return env
+
+
+def statsd_env(address: tuple[str, int] | None) -> dict[str, str]:
+    """Airflow's own metrics by StatsD to ``address`` (statsd_exporter, loglake.local.statsd_exporter;
+    None: off): each name once (no legacy names with a DAG or task in them), its variables as
+    InfluxDB-style tags, which conf/statsd-mapping.yml turns into labels."""
+    if address is None:
+        return {}
+    return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": address[0],
+            "AIRFLOW__METRICS__STATSD_PORT": str(address[1]), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True", "AIRFLOW__METRICS__LEGACY_NAMES_ON": "False"}
 
 
 def dataset_names(config: Config) -> list[str]:

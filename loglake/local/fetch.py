@@ -11,13 +11,16 @@ first use, each with a progress line:
 - the S3 jars (hadoop-aws, the AWS SDK bundle, loglake's Delta log store): when a command first
   runs on an ``s3a://`` lake (``jars.for_config``);
 - versitygw, the S3 server the suite and the benchmarks run (``loglake.local.objectstore``);
+- statsd_exporter, which takes Airflow's StatsD for Prometheus: when ``loglake up`` first starts
+  it (``loglake.local.statsd_exporter``);
 - the Spark drivers' class-data archive (``loglake.local.cds``): faster JVM starts, never
   needed;
 - Debian's Chromium, nginx, Prometheus and faketime: the suite's (``setup/test-deps.sh``).
 
 Here they are fetched at once for the suite: the Debian packages, Maven's two sets (one after
-the other: one resolver at a time shares ``~/.m2``), the Go build and the archive, each in a
-process of its own, their lines prefixed by what they fetch. Each is a no-op when already done.
+the other: one resolver at a time shares ``~/.m2``), the Go builds and the archive, each in a
+process of its own (the two Go builds take turns: one Go build at a time), their lines prefixed
+by what they fetch. Each is a no-op when already done.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ STEPS = {
     "debian": ["bash", str(REPO_ROOT / "setup" / "test-deps.sh")],
     "maven": [sys.executable, "-m", "loglake.local.jars", "registry", "s3"],
     "versitygw": [sys.executable, "-m", "loglake.local.objectstore"],
+    "statsd_exporter": [sys.executable, "-m", "loglake.local.statsd_exporter"],
     "cds": [sys.executable, "-m", "loglake.local.cds"],
 }
 

@@ -8,7 +8,8 @@ status --json`` prints — keeps them for the scrapes (``loglake.observe.exporte
 into metrics: a scrape costs no Kafka or Delta read, however many datasets), and appends each
 dataset's lag to its time series (``loglake.observe.series``: the loglake page's charts, the
 serving freshness histogram). Events older than ``metrics.keep_hours`` are folded into the
-counters every ten minutes.
+counters every ten minutes. It takes nothing from outside: Airflow's StatsD goes to
+statsd_exporter, a process and a registry of its own (``loglake.local.statsd_exporter``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from loglake.core.config import Config, load_config
 from loglake.local.stack import EXPORTER, processes
 from loglake.observe import series, snapshot
 from loglake.observe.exporter import dataset_families, process_families, serve, threshold_families, unregister
-from loglake.observe.statsd import StatsdReceiver
 
 
 class Sampler(Collector):
@@ -88,11 +88,6 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    if m.statsd_port is not None:  # Airflow's StatsD, served beside loglake's metrics
-        receiver = StatsdReceiver(m.host, m.statsd_port)
-        receiver.start(config)
-        registry.register(receiver)
-        print(f"loglake: taking Airflow's StatsD metrics on udp://{receiver.host}:{receiver.port}", flush=True)
     port = None
     last_compact = time.time()
     try:

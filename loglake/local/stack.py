@@ -15,13 +15,14 @@ import time
 from dataclasses import dataclass
 
 from loglake.core.config import Config
-from loglake.core.errors import ConfigError
+from loglake.core.errors import ConfigError, ProcessError, SetupError
 from loglake.core.processes import Managed, state_label
 from loglake.jobs import shared_app
 from loglake.jobs.launch import job_env, start_shared_application
 from loglake.kafka.admin import ensure_topic, list_topics
 from loglake.kafka.security import BrokerSecurity
 from loglake.ledger.schemas import SchemaChangeError, check
+from loglake.local import statsd_exporter
 from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, password_file
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
@@ -45,6 +46,11 @@ def start_exporter(config: Config) -> tuple[int, bool]:
     if pid:
         return pid, False
     return proc.start([sys.executable, "-m", "loglake.local.metrics"], env=job_env(config, spark_submitted=False)), True
+
+
+def statsd_wanted(config: Config) -> bool:
+    """``up`` runs statsd_exporter for Airflow's metrics unless ``metrics.statsd_port`` is null."""
+    return config.profile.metrics.statsd_port is not None
 
 
 def broker(config: Config):
@@ -199,6 +205,18 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
               f"{exporter_process(config).log_file}; Prometheus's file_sd_configs: "
               f"{config.home / 'metrics' / 'targets.json'})")
 
+    if statsd_wanted(config):  # before Airflow: its processes are told where it listens
+        try:
+            pid, new = statsd_exporter.start(config)
+        except (SetupError, ProcessError) as e:  # Airflow's metrics only: the platform comes up without them
+            print(f"statsd: not started: {e}\n  Airflow's metrics are not served (`metrics.statsd_port: null` "
+                  "turns them off)")
+        else:
+            host, port = statsd_exporter.address(config) or ("?", "?")
+            print(f"statsd: {'started' if new else 'already running'}: Airflow's StatsD taken on udp://{host}:{port}, "
+                  f"served at {statsd_exporter.url(config)} (pid {pid}, log "
+                  f"{statsd_exporter.process(config).log_file})")
+
     # Unpaused: the scheduled batch DAG runs without anyone switching it on.
     airflow = _airflow(config, airflow_port, dags_paused=False)
     if airflow.status(timeout=2)["components"]["scheduler"]["alive"] and airflow.datasets_changed():
@@ -218,6 +236,8 @@ def down(config: Config) -> int:
     print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
     if exporter_process(config).stop():
         print("metrics: stopped")
+    if statsd_exporter.stop(config):
+        print("statsd: stopped")
     stop_streams(config)
     stop_registry(config)
     if config.profile.local_cluster is not None:
@@ -283,6 +303,9 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
     if exporter.serves(config):
         pid = exporter_process(config).pid()
         rows.append(ProcessState("metrics", pid, pid is not None, exporter.url(config)))
+    if statsd_wanted(config):
+        pid = statsd_exporter.process(config).pid()
+        rows.append(ProcessState(statsd_exporter.NAME, pid, pid is not None, statsd_exporter.url(config) or ""))
     st = _airflow(config).status()
     for c, info in st["components"].items():
         rows.append(ProcessState(f"airflow-{c}", info["pid"], info["alive"], info["health"] or ""))

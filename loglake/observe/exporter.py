@@ -195,12 +195,13 @@ def targets_dir(config: Config) -> Path:
     return config.home / "metrics" / "targets"
 
 
-def register(config: Config, name: str, host: str, port: int) -> None:
-    """List ``name`` at ``host:port`` in ``targets.json`` (Prometheus's ``file_sd_configs``)."""
+def register(config: Config, name: str, host: str, port: int, pid: int | None = None) -> None:
+    """List ``name`` at ``host:port`` in ``targets.json`` (Prometheus's ``file_sd_configs``),
+    while process ``pid`` (this one by default) runs."""
     d = targets_dir(config)
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"{name}.json").write_text(json.dumps({"targets": [f"{host}:{port}"],
-                                                "labels": {"loglake_process": name}, "pid": os.getpid()}))
+    (d / f"{name}.json").write_text(json.dumps({"targets": [f"{host}:{port}"], "labels": {"loglake_process": name},
+                                                "pid": pid or os.getpid()}))
     _write_targets(config)
 
 

@@ -179,9 +179,10 @@ def prometheus_query(stack, expr: str) -> list[tuple[dict, float]]:
 def test_prometheus_scrapes_every_target_and_loads_the_rules(stack):
     """The stack's Prometheus, from the host: every target of docker/prometheus/prometheus.yml up,
     the rules of loglake-alerts.yml loaded, and what it scraped saying what `loglake status`
-    says (the log end), the speed containers' streams running and Airflow's StatsD arriving
-    through the metrics service. After the produce test: records and a batch run exist, and
-    nothing is produced meanwhile."""
+    says (the log end), the speed containers' streams running, and Airflow's StatsD arriving
+    through statsd-exporter under the mapping's labelled names, while a `loglake_*` line a
+    container sends to its UDP port makes no series. After the produce test: records and a batch
+    run exist, and nothing is produced meanwhile."""
     import json
 
     import yaml
@@ -197,7 +198,7 @@ def test_prometheus_scrapes_every_target_and_loads_the_rules(stack):
         except ProcessError as e:
             raise AssertionError(f"{e} (last seen: {seen.get(what)})") from None
 
-    wanted = {"metrics:9464", "speed-job-views:9465", "speed-company-ceos:9465"}
+    wanted = {"metrics:9464", "statsd-exporter:9102", "speed-job-views:9465", "speed-company-ceos:9465"}
 
     def targets_up():
         active = prometheus(stack, "targets")["activeTargets"]
@@ -248,13 +249,38 @@ def test_prometheus_scrapes_every_target_and_loads_the_rules(stack):
     stack.record("prometheus_records_job_views", counted)
 
     def airflow_metrics():
-        got = prometheus_query(stack, 'airflow_scheduler_heartbeat_total{loglake_process="metrics"}')
+        got = prometheus_query(stack, 'airflow_heartbeat_total{component="scheduler",loglake_process="statsd"}')
         seen["Airflow's StatsD scraped"] = got
         return got and got[0][1] > 0
 
     waited(airflow_metrics, "Airflow's StatsD scraped")
+    # The scheduled batch run's tasks, ended on the Celery workers, by their labels (not one name
+    # per DAG and task: conf/statsd-mapping.yml).
+    finished = prometheus_query(stack, 'airflow_ti_finish_total{dag_id="loglake_batch",state="success"}')
+    assert finished and all(labels.get("task_id") and labels["loglake_process"] == "statsd" and v > 0
+                            for labels, v in finished), finished
+    durations = prometheus_query(stack, 'airflow_task_duration_seconds_count{dag_id="loglake_batch"}')
+    assert durations and all(labels.get("task_id") for labels, _v in durations), durations
     names = prometheus_query(stack, 'count by (__name__) ({__name__=~"airflow_.+"})')
-    stack.record("prometheus_airflow_metric_names", len(names))
+    stack.record("prometheus_airflow_metric_names", sorted(labels["__name__"] for labels, _v in names))
+    assert all(not any(ds in labels["__name__"] for ds in ("loglake_batch", "loglake_maintenance"))
+               for labels, _v in names), names
+
+    # Anyone on the network may write to statsd-exporter's UDP port: what is not Airflow's is dropped.
+    def dropped() -> float:
+        got = prometheus_query(stack, 'statsd_exporter_events_actions_total{action="drop",loglake_process="statsd"}')
+        return got[0][1] if got else 0.0
+
+    before = dropped()
+    lines = ["loglake_records_total:5|c", "loglake_records_total,dataset=job_views,layer=batch:5|c",
+             "loglake.records.job_views:5|c", "airflow_heartbeat_total:1000|c"]
+    sender = ("import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+              "[s.sendto(line.encode(), ('statsd-exporter', 9125)) for line in sys.argv[1:]]")
+    stack.docker("run", "--rm", "--network", stack.network, "loglake-spark:0.1.0", "/opt/loglake/.venv/bin/python",
+                 "-c", sender, *lines, timeout=120)
+    waited(lambda: dropped() >= before + len(lines), "the intruder's lines dropped by statsd-exporter", timeout=90)
+    assert prometheus_query(stack, '{__name__=~"loglake.*",loglake_process="statsd"}') == []
+    assert records_agree(), seen["the records counted"]  # loglake's own counters untouched
 
 
 def test_the_partition_leader_killed_during_ingest(stack):

@@ -165,7 +165,7 @@ def test_the_readme_first_command_on_a_fresh_state(demo, tmp_path):
 
 
 def all_processes(config) -> dict[int, int]:
-    names = ["kafka", "spark-jobs", "speed", "metrics"] + [f"airflow-{c}" for c in COMPONENTS]
+    names = ["kafka", "spark-jobs", "speed", "metrics", "statsd"] + [f"airflow-{c}" for c in COMPONENTS]
     tree: dict[int, int] = {}
     for name in names:
         pid = Managed(config.home, name).pid()
@@ -176,8 +176,9 @@ def all_processes(config) -> dict[int, int]:
 
 def scraped(config, env: dict, tmp_path) -> None:
     """A monitoring system's view of the running platform (issue 27): a real Prometheus reads
-    the targets file ``up`` keeps and scrapes the platform's exporter, the speed application and
-    the shared Spark application; what it gets is what ``loglake status --json`` says."""
+    the targets file ``up`` keeps and scrapes the platform's exporter, the speed application,
+    the shared Spark application and statsd_exporter (Airflow's metrics); what it gets is what
+    ``loglake status --json`` says."""
     status = loglake(env, "status")
     url = next(line.split(" ", 1)[1] for line in status.stdout.splitlines() if line.startswith("metrics: "))
     assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), status.stdout
@@ -186,7 +187,8 @@ def scraped(config, env: dict, tmp_path) -> None:
         def up() -> set[str]:
             return {t["labels"]["loglake_process"] for t in prom.targets() if t["health"] == "up"}
 
-        wait_for(lambda: up() >= {"metrics", "speed", "spark-jobs"}, 120, "Prometheus to scrape the three targets")
+        wait_for(lambda: up() >= {"metrics", "speed", "spark-jobs", "statsd"}, 120,
+                 "Prometheus to scrape the four targets")
         assert [t["scrapeUrl"] for t in prom.targets() if t["labels"]["loglake_process"] == "metrics"] == [url]
         since = time.time()
         wait_for(lambda: [v for _l, v in prom.query("loglake_sample_timestamp_seconds") if v > since], 60,
@@ -211,8 +213,17 @@ def scraped(config, env: dict, tmp_path) -> None:
             name: 1.0 for name in config.datasets}
         assert prom.query("loglake_shared_jobs_served_total")[0][1] >= 2
         assert prom.query('process_resident_memory_bytes{loglake_process="speed"}')[0][1] > 0
-        # Airflow's own metrics (its StatsD), served by the same exporter.
-        assert prom.query('airflow_scheduler_heartbeat_total{loglake_process="metrics"}')[0][1] > 0
+        # Airflow's own metrics (its StatsD), served by statsd_exporter under the mapping's names:
+        # the scheduled run's tasks by dag_id, task_id and state, no name per DAG or task.
+        assert prom.query('airflow_heartbeat_total{component="scheduler",loglake_process="statsd"}')[0][1] > 0
+        finished = prom.query('airflow_ti_finish_total{dag_id="loglake_batch",state="success"}')
+        assert finished and all(labels["loglake_process"] == "statsd" and labels.get("task_id") and v > 0
+                                for labels, v in finished), finished
+        assert prom.query('airflow_dagrun_duration_seconds_count{dag_id="loglake_batch",state="success"}'), (
+            "the scheduled run's duration")
+        names = {labels["__name__"] for labels, _v in prom.query('{__name__=~"airflow_.+"}')}
+        assert not [n for n in names if "loglake" in n], names
+        assert not prom.query('{__name__=~"airflow_.+",loglake_process="metrics"}')  # loglake's exporter: its own
     finally:
         prom.stop()
 

@@ -48,6 +48,7 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PUBLISHED = {"airflow-api-server": {"8080"}, "kafka-1": {"19093"}, "kafka-2": {"19094"}, "kafka-3": {"19095"},
              "s3": {"7070"}, "prometheus": {"9090"}}
 PROMETHEUS_DOCKERFILE = "Dockerfile.prometheus"
+STATSD_DOCKERFILE = "Dockerfile.statsd-exporter"
 
 
 # --- reading the files ---------------------------------------------------------------------
@@ -688,8 +689,8 @@ def test_backfill_form_offers_the_configured_datasets():
 def metrics_served(svc: dict) -> tuple[int, str | None] | None:
     """(port, the name it lists itself by: its ``loglake_process``) a service serves Prometheus
     metrics on: the platform's exporter (metrics) and the speed streams (speed-<dataset>) on the
-    cluster profile's metrics.port and metrics.speed_port, Prometheus (no name) on its
-    --web.listen-address; None for the others."""
+    cluster profile's metrics.port and metrics.speed_port, statsd_exporter (statsd, as `loglake
+    up` lists it) and Prometheus (no name) on their --web.listen-address; None for the others."""
     metrics = cluster_profile().get("metrics") or {}
     cmd = command(svc)
     if cmd[1:3] == ["-m", "loglake.local.metrics"]:
@@ -697,17 +698,22 @@ def metrics_served(svc: dict) -> tuple[int, str | None] | None:
     if cmd[-2:-1] == ["speed"]:
         return metrics.get("speed_port"), f"speed-{cmd[-1]}"
     built = build_of(svc)
-    if built and built[0] == PROMETHEUS_DOCKERFILE:
-        listen = [a for a in prometheus_cmd(svc) if a.startswith("--web.listen-address=")]
-        return (int(listen[-1].rsplit(":", 1)[1]) if listen else 9090), None
+    for dockerfile_name, default, name in ((PROMETHEUS_DOCKERFILE, 9090, None), (STATSD_DOCKERFILE, 9102, "statsd")):
+        if built and built[0] == dockerfile_name:
+            listen = [a for a in image_cmd(svc, dockerfile_name) if a.startswith("--web.listen-address=")]
+            return (int(listen[-1].rsplit(":", 1)[1]) if listen else default), name
     return None
 
 
-def prometheus_cmd(svc: dict) -> list[str]:
-    """What the Prometheus container runs: compose's command, else the image's CMD."""
+def image_cmd(svc: dict, dockerfile_name: str) -> list[str]:
+    """What a container of ``svc`` runs: compose's command, else the CMD of docker/<dockerfile_name>."""
     if svc.get("command"):
         return command(svc)
-    return json.loads(instructions(PROMETHEUS_DOCKERFILE, "CMD")[-1].args)
+    return json.loads(instructions(dockerfile_name, "CMD")[-1].args)
+
+
+def prometheus_cmd(svc: dict) -> list[str]:
+    return image_cmd(svc, PROMETHEUS_DOCKERFILE)
 
 
 def copied_into_image(name: str) -> dict[str, str]:
@@ -769,27 +775,64 @@ def test_prometheus_scrapes_what_the_services_serve_with_the_rules_it_is_given()
     assert tsdb and tsdb[-1] in mounts, f"docker/compose.yaml: service {pname}: no volume at its TSDB {tsdb}"
 
 
-def test_airflow_sends_its_statsd_to_the_metrics_service():
-    """Airflow's StatsD goes to the service that runs the platform's exporter, on the cluster
-    profile's metrics.statsd_port, and Airflow starts after it (its client resolves the name once;
-    a name that does not resolve is an error line in the process's output). A one-shot that runs
-    before it (airflow-init) has StatsD off."""
-    exporters = [n for n, s in long_running().items() if command(s)[1:3] == ["-m", "loglake.local.metrics"]]
-    assert len(exporters) == 1, f"docker/compose.yaml: {len(exporters)} services run python -m loglake.local.metrics"
+def statsd_services() -> dict[str, dict]:
+    return {n: s for n, s in long_running().items() if (build_of(s) or ("",))[0] == STATSD_DOCKERFILE}
+
+
+def test_airflow_sends_its_statsd_to_statsd_exporter_with_the_shipped_mapping():
+    """Airflow's StatsD goes to the service that runs statsd_exporter, on the cluster profile's
+    metrics.statsd_port, as `loglake up` sends it (statsd_env: InfluxDB-style tags, no legacy
+    names), and Airflow starts after it (its client resolves the name once; a name that does not
+    resolve is an error line in the process's output). A one-shot that runs before it
+    (airflow-init) has StatsD off. The platform's exporter takes nothing in."""
+    from loglake.local.airflow_standalone import statsd_env
+
+    (exporter_name, _svc), = statsd_services().items()
     statsd_port = cluster_profile()["metrics"]["statsd_port"]
-    for name, svc in services().items():
-        if build_of(svc) != (LOGLAKE_DOCKERFILE, "airflow"):
+    wanted = statsd_env((exporter_name, statsd_port))
+    for name, airflow in services().items():
+        if build_of(airflow) != (LOGLAKE_DOCKERFILE, "airflow"):
             continue
-        env = environment(svc)
-        waits = exporters[0] in (svc.get("depends_on") or {})
-        if one_shot(svc) and not waits:
+        env = environment(airflow)
+        waits = exporter_name in (airflow.get("depends_on") or {})
+        if one_shot(airflow) and not waits:
             assert env.get("AIRFLOW__METRICS__STATSD_ON") == "False", (
-                f"docker/compose.yaml: one-shot {name} runs before {exporters[0]}: its StatsD must be off")
+                f"docker/compose.yaml: one-shot {name} runs before {exporter_name}: its StatsD must be off")
             continue
-        assert env.get("AIRFLOW__METRICS__STATSD_ON") == "True", f"docker/compose.yaml: service {name}: StatsD off"
-        assert (env.get("AIRFLOW__METRICS__STATSD_HOST"), env.get("AIRFLOW__METRICS__STATSD_PORT")) == (
-            exporters[0], str(statsd_port)), f"docker/compose.yaml: service {name}: StatsD not to {exporters[0]}:{statsd_port}"
-        assert waits, f"docker/compose.yaml: service {name}: starts before {exporters[0]} (its StatsD name would not resolve)"
+        got = {k: env.get(k) for k in wanted}
+        assert got == wanted, f"docker/compose.yaml: service {name}: Airflow's StatsD settings {got}, expected {wanted}"
+        assert waits, (f"docker/compose.yaml: service {name}: starts before {exporter_name} "
+                       "(its StatsD name would not resolve)")
+    for name, other in services().items():
+        text = " ".join(command(other))
+        assert "statsd" not in text.lower() or name == exporter_name, f"docker/compose.yaml: {name} takes StatsD"
+
+
+def test_statsd_exporter_runs_as_loglake_up_runs_it_with_the_repos_mapping():
+    """The statsd-exporter service is the binary `loglake up` builds (its version), with the same
+    flags (loglake.local.statsd_exporter.command: UDP only, Airflow's tag syntax only), the UDP
+    port of the cluster profile, and conf/statsd-mapping.yml mounted where the flag reads it."""
+    from loglake.local import statsd_exporter
+
+    (name, svc), = statsd_services().items()
+    assert svc.get("hostname") == name
+    assert svc["image"] == f"loglake-statsd-exporter:{statsd_exporter.VERSION}"
+    args = {i.args.partition("=")[0]: i.args.partition("=")[2] for i in instructions(STATSD_DOCKERFILE, "ARG")}
+    assert args.get("STATSD_EXPORTER_VERSION") == statsd_exporter.VERSION, (
+        f"docker/{STATSD_DOCKERFILE}: ARG STATSD_EXPORTER_VERSION is not {statsd_exporter.VERSION}")
+    build = " ".join(shell_of(i) for i in instructions(STATSD_DOCKERFILE, "RUN"))
+    for arg in statsd_exporter.STATSD_EXPORTER.install_args()[1:]:
+        arg = arg.replace(statsd_exporter.VERSION, "${STATSD_EXPORTER_VERSION}").replace("-ldflags=", "-ldflags=\"")
+        assert arg in build, f"docker/{STATSD_DOCKERFILE}: `go install` without {arg} (loglake's build has it)"
+    cmd = image_cmd(svc, STATSD_DOCKERFILE)
+    flags = dict(a.partition("=")[::2] for a in cmd[1:])
+    mapping = flags.get("--statsd.mapping-config")
+    udp_port = cluster_profile()["metrics"]["statsd_port"]
+    ours = statsd_exporter.command(cmd[0], mapping, "", udp_port, 9102)
+    assert cmd == ours, f"docker/{STATSD_DOCKERFILE}: CMD {cmd}; `loglake up` runs {ours}"
+    mounts = {c["target"]: compose()["configs"][c["source"]]["file"] for c in svc.get("configs") or []}
+    assert mapping in mounts and (DOCKER / mounts[mapping]).resolve() == REPO / "conf" / statsd_exporter.MAPPING, (
+        f"docker/compose.yaml: service {name}: conf/{statsd_exporter.MAPPING} is not mounted at {mapping}")
 
 
 # --- the lake: an object store, no AWS, no shared volume ------------------------------------

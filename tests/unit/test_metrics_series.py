@@ -134,38 +134,6 @@ def test_a_snapshot_becomes_the_metrics_with_its_values(tmp_path):
     assert value("loglake_table_version", layer="speed") == 4
 
 
-def test_statsd_lines_from_airflows_client_become_metrics(tmp_path):
-    """Airflow's StatsD client (the ``statsd`` package it uses with statsd_on) to the receiver."""
-    import time
-
-    from statsd import StatsClient
-
-    from loglake.observe.statsd import StatsdReceiver
-
-    config = _config(tmp_path)
-    receiver = StatsdReceiver("127.0.0.1", 0)
-    receiver.start(config)
-    client = StatsClient("127.0.0.1", receiver.port, prefix="airflow")
-    for _ in range(3):
-        client.incr("scheduler_heartbeat")
-    client.gauge("executor.open_slots", 4)
-    client.gauge("executor.open_slots", -1, delta=True)
-    client.timing("dag_processing.last_duration.loglake_batch", 1500)
-    client.timing("dag_processing.last_duration.loglake_batch", 500)
-    deadline = time.monotonic() + 10
-    while receiver.received < 7 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(receiver)
-    got = {s.name: s.value for fam in text_string_to_metric_families(generate_latest(registry).decode())
-           for s in fam.samples}
-    assert got["airflow_scheduler_heartbeat_total"] == 3
-    assert got["airflow_executor_open_slots"] == 3
-    assert got["airflow_dag_processing_last_duration_loglake_batch_seconds_count"] == 2
-    assert got["airflow_dag_processing_last_duration_loglake_batch_seconds_sum"] == 2.0
-    assert got["loglake_statsd_lines_received_total"] == 7
-
-
 def test_the_charts_draw_the_series_of_the_last_hours(tmp_path):
     import re
 
