@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.loglake-installed
+# The installer of the pinned set: uv resolves requirements.txt to the same packages as pip
+# (pip freeze of both identical on 2026-11-29) in a third of the time (23 s vs 71 s, warm caches).
+UV_VERSION := 0.13.9
 LOGLAKE := $(VENV)/bin/loglake
 
 .PHONY: compose-up compose-down images
@@ -17,8 +20,9 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 	bash setup/system-deps.sh
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "loglake needs Python 3.11, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(PY) -m uv pip install -q --python $(PY) -r requirements.txt
+	$(PY) -m uv pip install -q --python $(PY) --no-deps -e .
 	touch $@
 
 jars: $(STAMP)
