@@ -205,7 +205,11 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
               f"{exporter_process(config).log_file}; Prometheus's file_sd_configs: "
               f"{config.home / 'metrics' / 'targets.json'})")
 
-    if statsd_wanted(config):  # before Airflow: its processes are told where it listens
+    building = statsd_exporter.build_then_start(config) if statsd_wanted(config) else None
+    if building is not None:
+        print(f"statsd: statsd_exporter is built from the Go module proxy once, in the background (log {building}); "
+              "it takes Airflow's StatsD from when it starts")
+    elif statsd_wanted(config):  # before Airflow: its processes are told where it listens
         try:
             pid, new = statsd_exporter.start(config)
         except (SetupError, ProcessError) as e:  # Airflow's metrics only: the platform comes up without them

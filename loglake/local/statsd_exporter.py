@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from loglake.core import paths
 from loglake.core.config import Config
-from loglake.core.errors import PortInUseError, ProcessError
+from loglake.core.errors import PortInUseError, ProcessError, SetupError
 from loglake.core.processes import Managed, free_port
 from loglake.local.gobuild import GoBinary
 from loglake.observe import exporter
@@ -115,6 +116,24 @@ def _log_since(log: Path, offset: int, lines: int = 15) -> str:
         return ""
 
 
+def build_then_start(config: Config) -> Path | None:
+    """On first use with a fixed ``metrics.statsd_port`` (Airflow is told that port whether it
+    runs yet or not): build statsd_exporter and start it in a process of its own, so ``up``
+    does not wait a minute for Go; its log's path. None when it is built (``start`` it) or the
+    port is chosen at start (0: built here, first)."""
+    if STATSD_EXPORTER.is_current() or not config.profile.metrics.statsd_port:
+        return None
+    from loglake.jobs.launch import job_env  # the child loads this config, as the exporter does
+
+    log = config.home / "logs" / f"{NAME}-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        subprocess.Popen([sys.executable, "-m", "loglake.local.statsd_exporter", "--start"], stdout=out,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=config.home,
+                         env=job_env(config, spark_submitted=False), start_new_session=True)
+    return log
+
+
 def start(config: Config, timeout: float = 30.0, say=print, attempts: int = 3) -> tuple[int, bool]:
     """Start statsd_exporter unless it runs (built first if it never was): (pid, started now).
     A port taken before it bound it: again on a fresh one, unless ``metrics.statsd_port`` fixes
@@ -166,6 +185,17 @@ def stop(config: Config) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--start"]:  # build_then_start's process: build, then start for the loaded config
+        from loglake.core.config import load_config
+
+        try:
+            pid, _new = start(load_config())
+        except (SetupError, ProcessError) as e:
+            print(f"statsd: not started: {e}", flush=True)
+            return 1
+        print(f"statsd: started (pid {pid}) at {url(load_config())}", flush=True)
+        return 0
     return STATSD_EXPORTER.main(argv, prog="python -m loglake.local.statsd_exporter")
 
 

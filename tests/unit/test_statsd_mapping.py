@@ -221,3 +221,28 @@ def test_a_fixed_udp_port_taken_by_another_process_is_named(tmp_path):
             assert statsd_exporter.process(config).pid() is None and statsd_exporter.url(config) is None
         finally:
             statsd_exporter.stop(config)
+
+
+def test_first_use_builds_it_in_the_background_and_it_starts_on_the_fixed_port(tmp_path, monkeypatch):
+    """``loglake up`` on a machine that never built statsd_exporter does not wait for Go (a
+    minute of a fresh machine's ``make demo``): Airflow is told the fixed port at once, and
+    statsd_exporter takes it once built (here the build finds the suite's binary current)."""
+    udp = statsd_exporter.free_udp_port("127.0.0.1")
+    config = load_config(write_conf(tmp_path, "localhost:9", metrics={"statsd_port": udp}), home=tmp_path / "state")
+    host = config.profile.metrics.host
+    assert statsd_exporter.build_then_start(config) is None  # built: `up` starts it itself
+    monkeypatch.setattr(type(statsd_exporter.STATSD_EXPORTER), "is_current", lambda self: False)
+    try:
+        t0 = time.monotonic()
+        log = statsd_exporter.build_then_start(config)
+        assert log is not None and time.monotonic() - t0 < 5
+        assert statsd_exporter.statsd_address(config) == (host, udp)  # what Airflow is told, before it runs
+        deadline = time.monotonic() + 60
+        while statsd_exporter.url(config) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert statsd_exporter.address(config) == (host, udp), log.read_text()
+        send(config, AIRFLOW[:1])
+        assert value(wait_handled(config, 1, "map"), "airflow_heartbeat_total", component="scheduler") == 1
+        assert "statsd: started" in log.read_text()
+    finally:
+        statsd_exporter.stop(config)
