@@ -95,6 +95,9 @@ def test_a_clean_audit_checks_every_offset_then_finds_an_injected_duplicate_and_
     assert [r["run_id"] for r in stored] == ["broken", "clean"]
 
 
+# make test-long: the audit of a transactional topic whose aborted transactions and markers
+# take offsets, checking exactly the committed records, in test_transactions.
+@pytest.mark.long
 def test_non_contiguous_offsets_are_read_from_the_log(spark, make_config):
     """Transactions leave commit/abort markers in the log: end - earliest overstates the
     records. Records of an aborted transaction are in no table and not missing."""

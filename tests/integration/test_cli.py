@@ -106,6 +106,10 @@ def test_kafka_start_status_stop_on_embedded_profile(make_config, tmp_path):
     assert down.returncode == 2 and "did not answer" in down.stderr
 
 
+# make test-long: `loglake batch` write → quality → publish with its own words in test_jobserver
+# (through the shared application, then nothing to recompute); through spark-submit in the
+# backfill test below; the rebuild job in test_rebuild; a query by the Arrow engine in test_query.
+@pytest.mark.long
 def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config):
     from loglake.ledger.ranges import batch_watermarks
     from loglake.local.produce import produce

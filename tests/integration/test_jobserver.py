@@ -69,6 +69,8 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     assert "quality job_views: 2 expectation(s) on 360 rows passed; published" in r.stdout
     assert batch_watermarks(config, ds) == ends
     assert "spark-jobs" not in r.stderr and "Traceback" not in r.stdout + r.stderr
+    again = run_loglake(config, "batch", "job_views")  # published to the log end: no job is sent
+    assert again.returncode == 0 and "job_views: nothing to recompute" in again.stdout, again.stdout + again.stderr
     shared = {layer: rows(config, ds, layer) for layer in ("batch", "quarantine")}
     # Delta keeps statistics of the filtered-on columns each table has (provenance, key,
     # Z-order; the quarantine's layer), named in the table's own property.
