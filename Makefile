@@ -7,6 +7,11 @@ STAMP := $(VENV)/.loglake-installed
 # The installer of the pinned set: uv resolves requirements.txt to the same packages as pip
 # (pip freeze of both identical on 2026-11-29) in a third of the time (23 s vs 71 s, warm caches).
 UV_VERSION := 0.13.9
+# The cache outside the repo (loglake.core.paths.cache_home): jars, the drivers' CDS archive and the
+# wheels of the pins PyPI serves only as source, built once (setup/wheelhouse.py says why).
+LOGLAKE_CACHE ?= $(HOME)/.cache/loglake
+WHEELS := $(LOGLAKE_CACHE)/wheels
+SDIST_ONLY := pyspark pyspark-client
 LOGLAKE := $(VENV)/bin/loglake
 
 .PHONY: compose-up compose-down images
@@ -21,7 +26,8 @@ $(STAMP): requirements.txt pyproject.toml setup/system-deps.sh
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "loglake needs Python 3.11, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv==$(UV_VERSION)
-	$(PY) -m uv pip install -q --python $(PY) -r requirements.txt
+	$(PY) setup/wheelhouse.py $(WHEELS) $(SDIST_ONLY)
+	$(PY) -m uv pip install -q --python $(PY) --find-links $(WHEELS) -r requirements.txt
 	$(PY) -m uv pip install -q --python $(PY) --no-deps -e .
 	touch $@
 

@@ -56,20 +56,39 @@ def cds_archive() -> Path:
     """Where the class-data sharing archive for this Java and this pyspark install lives
     (``loglake.local.cds`` makes it at setup; it may not exist).
 
-    The key holds each of Spark's jars with its size and modification time, as the JVM checks
-    them: a reinstalled pyspark (a new virtualenv) has new files under the same names, and a
-    JVM given the old archive would start without it, silently."""
+    The key holds each of Spark's jars in the order the launcher lists them (the directory's)
+    with its size, modification time and inode, as the JVM checks them: a reinstalled pyspark
+    with new files under the same names needs another archive (a JVM given the old one would
+    start without it, silently). Not the jars' directory: the archive is dumped from hard
+    links of these very files under the cache (``cds.mirror``), and a JVM takes a class path
+    entry at another path that is the same file. So a fresh clone whose venv links the same
+    installed files (``make setup``'s wheelhouse: uv links every install to one unpacked
+    wheel) keeps the archive. Where the cache cannot hold hard links of the jars (another
+    file system), the archive is dumped from the venv's own paths, and the key holds them."""
 
     try:
         version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
     except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
         version = "none"
-    jars = []
-    for jar in sorted((spark_home() / "jars").glob("*.jar")):
-        stat = jar.stat()
-        jars.append(f"{jar.name} {stat.st_size} {stat.st_mtime_ns}")
-    key = hashlib.sha256("\n".join([version, str(spark_home()), *jars]).encode()).hexdigest()[:16]
+    jars_dir = spark_home() / "jars"
+    parts = [version]
+    for name in os.listdir(jars_dir):  # the launcher's order
+        if name.endswith(".jar"):
+            stat = (jars_dir / name).stat()
+            parts.append(f"{name} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}")
+    if not cds_can_link():
+        parts.append(str(spark_home()))
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return paths.cache_home() / "cds" / f"spark-{key}.jsa"
+
+
+def cds_can_link() -> bool:
+    """Whether the cache is on the file system of Spark's jars (hard links between them work)."""
+
+    place = paths.cache_home()
+    while not place.exists():
+        place = place.parent
+    return place.stat().st_dev == (spark_home() / "jars").stat().st_dev
 
 
 def spark_conf(config: Config) -> dict[str, str]:

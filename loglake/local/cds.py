@@ -9,11 +9,17 @@ starts a session and writes and reads a Delta table, under the cache
 its jars); ``loglake.jobs.launch.spark_conf`` adds ``-XX:SharedArchiveFile`` when the archive for
 the running Java and pyspark exists (``loglake.jobs.launch.cds_archive``). A JVM that cannot use it (another class path) starts as
 without it, silently; one that can starts faster (CHANGELOG.md has the figures).
+
+The dump runs from a mirror of Spark's launcher and jars, hard links under the cache
+(``<cache>/cds/spark-<key>/``), so the paths the archive names outlive the clone that made it;
+a JVM takes a class path entry that is the same file at another path. The made archive is
+checked against this install's own launcher before it is kept (``serves``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +27,8 @@ import time
 from pathlib import Path
 
 from loglake.core.config import Config, Profile
-from loglake.jobs.launch import CDS_QUIET, cds_archive, job_env, spark_conf, submit_command
+from loglake.jobs.launch import (CDS_QUIET, cds_archive, cds_can_link, job_env, spark_conf, spark_home, spark_submit_bin,
+                                 submit_command)
 
 _JOB = """
 import sys
@@ -46,28 +53,69 @@ def make(force: bool = False) -> tuple[Path, float | None]:
     target.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    home = mirror(target) if cds_can_link() else spark_home()
     with tempfile.TemporaryDirectory(prefix="loglake-cds-") as tmp:
         job = Path(tmp) / "job.py"
         job.write_text(_JOB)
         dump = target.with_suffix(f".{os.getpid()}.tmp")
         # A driver as loglake submits one (same jars, class path and settings) that writes the
         # archive when it exits: a local-mode profile of loglake's defaults; no conf dir or dataset
-        # is read, and nothing is written outside ``tmp``.
+        # is read, and nothing is written outside ``tmp``. Spark's own launcher, from the mirror:
+        # the archive names the mirror's paths, which outlive this clone's venv.
         config = Config("cds", Profile.model_validate({"spark": {"conf": {"spark.ui.enabled": "false"}}}), {},
                         home=Path(tmp) / "state", conf_dir=Path(tmp))
         jvm = f"{spark_conf(config)['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={dump} {CDS_QUIET}"
         cmd = submit_command(config, str(job), [str(Path(tmp) / "table")], "loglake-cds",
                              {"spark.driver.extraJavaOptions": jvm})
-        env = job_env(config)
+        cmd[0] = str(home / "bin" / "spark-submit")
+        env = {**job_env(config), "SPARK_HOME": str(home)}
         log = target.with_suffix(".log")
         with open(log, "w") as out:
             code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
         if code != 0 or not dump.exists():
             dump.unlink(missing_ok=True)
             raise RuntimeError(f"the CDS dump job failed (exit {code}); its output: {log}")
+        problem = serves(dump, config)
+        if problem:
+            dump.unlink(missing_ok=True)
+            raise RuntimeError(f"the archive dumped does not serve this install's drivers: {problem}")
         dump.replace(target)
     prune(target)
     return target, time.monotonic() - t0
+
+
+def mirror(target: Path) -> Path:
+    """Spark's launcher and jars as hard links under the cache, beside ``target``: a Spark home
+    that lives as long as the archive, whose jars are the venv's files (the same inodes), in
+    the same order. Made afresh each time (a partial one from a killed setup is replaced)."""
+
+    home = target.with_suffix("")  # <cache>/cds/spark-<key>/
+    shutil.rmtree(home, ignore_errors=True)
+    for sub in ("bin", "jars"):
+        (home / sub).mkdir(parents=True)
+        for name in os.listdir(spark_home() / sub):  # in the directory's order, as the launcher lists it
+            src = spark_home() / sub / name
+            if src.is_file():
+                os.link(src, home / sub / name)
+    return home
+
+
+def serves(archive: Path, config: Config, home: Path | None = None) -> str | None:
+    """None when a driver started by this install's spark-submit (the venv's paths; or the
+    one of the Spark home ``home``) maps the archive; else why not. ``-Xshare:on`` makes a JVM
+    that cannot map it fail at start, where a driver (without it) would start without the
+    archive, silently."""
+
+    env = {**job_env(config), "SPARK_SUBMIT_OPTS": f"-Xshare:on -XX:SharedArchiveFile={archive} -Xlog:class+path=info"}
+    env.pop("SPARK_HOME", None)
+    submit = spark_submit_bin()
+    if home is not None:
+        env["SPARK_HOME"], submit = str(home), str(home / "bin" / "spark-submit")
+    r = subprocess.run([submit, "--version"], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode == 0:
+        return None
+    lines = [line for line in (r.stdout + r.stderr).splitlines() if "mismatch" in line or "Unable" in line]
+    return "; ".join(lines[-3:]) or f"spark-submit --version exited {r.returncode}"
 
 
 KEEP = 3  # archives kept in the cache: this install's and the most recently used others'
@@ -86,6 +134,7 @@ def prune(keep: Path) -> list[Path]:
     for archive in gone:
         archive.unlink(missing_ok=True)
         archive.with_suffix(".log").unlink(missing_ok=True)
+        shutil.rmtree(archive.with_suffix(""), ignore_errors=True)  # its mirror (hard links: the venv keeps its files)
     return gone
 
 

@@ -1,9 +1,10 @@
 """The class-data sharing archive's key (``loglake.jobs.launch.cds_archive``): no JVM here.
 
 A JVM refuses an archive whose jars changed since it was dumped (it checks each jar's size
-and modification time) and then starts without it, silently. A reinstalled pyspark (a new
-virtualenv, a clean clone's ``make setup``) has the same jar names at the same path but new
-files, so its archive must be another one, made again at setup.
+and modification time, and that each class path entry is the file it was) and then starts
+without it, silently. A reinstalled pyspark with new files under the same names needs
+another archive, made again at setup; a fresh clone whose venv links the same installed
+files (the wheelhouse) keeps it. tests/integration/test_cds.py starts the JVMs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def test_jars_reinstalled_under_the_same_names_need_another_archive(spark_home):
     os.utime(jar, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert key() != before
     jar.write_bytes(jar.read_bytes() + b"x")  # another build of it
+    assert key() != before
+
+
+def test_a_clone_linking_the_same_installed_files_keeps_the_archive(spark_home, tmp_path_factory, monkeypatch):
+    before = key()
+    other = tmp_path_factory.mktemp("clone") / ".venv" / "pyspark"
+    (other / "jars").mkdir(parents=True)
+    for name in os.listdir(spark_home / "jars"):
+        os.link(spark_home / "jars" / name, other / "jars" / name)
+    monkeypatch.setattr(launch, "spark_home", lambda: other)
+    assert key() == before
+    # The cache on another file system: no hard links, the archive names the venv's paths.
+    monkeypatch.setattr(launch, "cds_can_link", lambda: False)
     assert key() != before
 
 
