@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from loglake.core.errors import SetupError
@@ -77,3 +79,18 @@ def java_executable() -> str:
     if not found:
         raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def java_version() -> str:
+    """What ``java -version`` says (a class-data archive serves only the JVM that made it)."""
+
+    try:
+        return subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
+    except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
+        return "none"
+
+
+# Java's CDS lines (an archive made by another build, a class path that differs): never on a
+# process's output; the JVM then simply starts without the archive.
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"

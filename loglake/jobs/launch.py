@@ -21,7 +21,7 @@ from pathlib import Path
 from loglake.core import paths
 from loglake.core.config import Config, ObjectStoreSettings
 from loglake.core.errors import JobError, JobFailure, SetupError
-from loglake.core.paths import LOGSTORE_JAR, java_executable
+from loglake.core.paths import CDS_QUIET, LOGSTORE_JAR, java_executable, java_version
 from loglake.core.processes import wait_for
 from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
@@ -46,9 +46,6 @@ def log4j_file() -> Path:
     return own if own.exists() else paths.REPO_ROOT / "conf" / "log4j2-spark.properties"
 
 
-# Java's CDS lines (an archive made by another build, a class path that differs): never on a
-# job's output; the JVM then simply starts without the archive.
-CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,12 +63,8 @@ def cds_archive() -> Path:
     wheel) keeps the archive. Where the cache cannot hold hard links of the jars (another
     file system), the archive is dumped from the venv's own paths, and the key holds them."""
 
-    try:
-        version = subprocess.run([java_executable(), "-version"], capture_output=True, text=True).stderr
-    except (SetupError, OSError):  # no Java here (a machine that only submits to a cluster): no archive either
-        version = "none"
     jars_dir = spark_home() / "jars"
-    parts = [version]
+    parts = [java_version()]
     for name in os.listdir(jars_dir):  # the launcher's order
         if name.endswith(".jar"):
             stat = (jars_dir / name).stat()

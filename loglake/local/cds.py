@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 
 from loglake.core.config import Config, Profile
-from loglake.jobs.launch import (CDS_QUIET, cds_archive, cds_can_link, job_env, spark_conf, spark_home, spark_submit_bin,
+from loglake.core.errors import ProcessError, SetupError
+from loglake.core.paths import CDS_QUIET
+from loglake.jobs.launch import (cds_archive, cds_can_link, job_env, spark_conf, spark_home, spark_submit_bin,
                                  submit_command)
 
 _JOB = """
@@ -118,6 +120,56 @@ def serves(archive: Path, config: Config, home: Path | None = None) -> str | Non
     return "; ".join(lines[-3:]) or f"spark-submit --version exited {r.returncode}"
 
 
+def make_kafka(force: bool = False) -> tuple[Path, float | None]:
+    """Dump the broker's archive unless it exists: a broker started on free ports in a
+    temporary home, a topic written and read, stopped (the JVM writes the archive at its
+    exit); (its path, seconds taken or None when it was there)."""
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from loglake.local.broker import EmbeddedKafka, kafka_archive
+
+    target = kafka_archive()
+    if target.exists() and not force:
+        return target, None
+    target.unlink(missing_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    dump = target.with_suffix(f".{os.getpid()}.tmp")
+    options = os.environ.get("KAFKA_OPTS", "")
+    os.environ["KAFKA_OPTS"] = f"-XX:ArchiveClassesAtExit={dump} {CDS_QUIET}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="loglake-cds-kafka-") as tmp:
+            broker = EmbeddedKafka.on_free_ports(Path(tmp))
+            try:
+                admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
+                admin.create_topics([NewTopic("cds", 1, 1)])["cds"].result(30)
+                del admin
+                producer = Producer({"bootstrap.servers": broker.bootstrap})
+                for i in range(100):
+                    producer.produce("cds", str(i).encode(), partition=0)
+                producer.flush(30)
+                del producer  # gone before the broker: no client left to log its going
+                consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cds"})
+                consumer.assign([TopicPartition("cds", 0, 0)])
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not consumer.consume(100, 0.5):
+                    pass
+                consumer.close()
+            finally:
+                broker.stop()
+    finally:
+        os.environ["KAFKA_OPTS"] = options
+    if not dump.exists():
+        raise RuntimeError("the broker wrote no archive at its exit")
+    dump.replace(target)
+    for other in target.parent.glob("kafka-*.jsa"):  # other Kafka builds' (a new version in the cache)
+        if other != target:
+            other.unlink(missing_ok=True)
+    return target, time.monotonic() - t0
+
+
 KEEP = 3  # archives kept in the cache: this install's and the most recently used others'
 
 
@@ -140,12 +192,13 @@ def prune(keep: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    try:
-        path, seconds = make(force="--force" in args)
-    except RuntimeError as e:  # an optimisation: its absence costs start-up time, not correctness
-        print(f"cds: not made ({e}); Spark drivers start without it")
-        return 0
-    print(f"cds: {path} ({'made in %.1f s' % seconds if seconds is not None else 'cached'})")
+    for maker, who in ((make, "Spark drivers"), (make_kafka, "the embedded broker")):
+        try:
+            path, seconds = maker(force="--force" in args)
+        except (RuntimeError, SetupError, ProcessError) as e:  # an optimisation: its absence costs start-up time
+            print(f"cds: not made ({e}); {who} start without it")
+            continue
+        print(f"cds: {path} ({'made in %.1f s' % seconds if seconds is not None else 'cached'})")
     return 0
 
 

@@ -13,8 +13,8 @@ first use, each with a progress line:
 - versitygw, the S3 server the suite and the benchmarks run (``loglake.local.objectstore``);
 - statsd_exporter, which takes Airflow's StatsD for Prometheus: when ``loglake up`` first starts
   it (``loglake.local.statsd_exporter``);
-- the Spark drivers' class-data archive (``loglake.local.cds``): faster JVM starts, never
-  needed;
+- the class-data archives of the Spark drivers and of the embedded broker
+  (``loglake.local.cds``): faster JVM starts, never needed;
 - Debian's Chromium, nginx, Prometheus and faketime: the suite's (``setup/test-deps.sh``).
 
 Here they are fetched at once for the suite: the Debian packages, Maven's two sets (one after

@@ -1,4 +1,5 @@
-"""The drivers' class-data sharing archive (``loglake.local.cds``), as JVMs take it.
+"""The class-data sharing archives (``loglake.local.cds``) of Spark's drivers and of the
+embedded broker, as JVMs take them.
 
 ``make setup-test`` dumps the archive from a mirror of Spark's launcher and jars (hard links
 under the cache), so a fresh clone whose venv links the same installed files keeps it. Each
@@ -15,6 +16,7 @@ from pathlib import Path
 from loglake.core.config import Config, Profile
 from loglake.jobs.launch import cds_archive, spark_home
 from loglake.local import cds
+from loglake.local.broker import EmbeddedKafka, kafka_archive
 
 
 def spark_home_at(place: Path, link: bool) -> Path:
@@ -37,3 +39,16 @@ def test_the_archive_serves_this_install_and_a_clone_linking_its_files_not_a_rei
     assert cds.serves(archive, config, spark_home_at(tmp_path / "clone" / "pyspark", link=True)) is None
     refused = cds.serves(archive, config, spark_home_at(tmp_path / "reinstall" / "pyspark", link=False))
     assert refused and "mismatch" in refused, refused
+
+
+def test_the_broker_starts_with_its_archive(tmp_path, monkeypatch):
+    archive = kafka_archive()
+    assert archive.exists(), f"{archive}: `make setup-test` makes it (python -m loglake.local.cds)"
+    # -Xshare:on: a JVM that cannot map the archive fails to start, and so does the broker.
+    monkeypatch.setenv("KAFKA_OPTS", f"{os.environ.get('KAFKA_OPTS', '')} -Xshare:on -Xlog:class+load=info")
+    broker = EmbeddedKafka.on_free_ports(tmp_path / "kafka")
+    try:
+        log = broker.log_path.read_text()
+        assert "kafka.Kafka source: shared objects file (top)" in log, log[-2000:]
+    finally:
+        broker.stop()
