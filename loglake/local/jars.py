@@ -136,13 +136,15 @@ def stamp_value(kind: str) -> str:
     jar of loglake's own, its sources and build arguments (an edit of the log store's Java
     rebuilds it)."""
     h = hashlib.sha256(pom_path(kind).read_bytes())
-    h.update(" ".join(mvn_args(kind, Path("S"), Path("O"))).encode())
+    # Paths under the repo as the repo names them: a fresh clone elsewhere finds its sets current
+    # (its POMs' contents are hashed), not re-run Maven for each.
+    h.update(" ".join(mvn_args(kind, Path("S"), Path("O"))).replace(str(REPO_ROOT), "<repo>").encode())
     own = own_jar(kind)
     for f in own_sources(kind):
         h.update(b"\0" + str(f.relative_to(own[0])).encode() + b"\0" + f.read_bytes())
     build = build_args(kind, Path("S"), Path("O"))
     if build:
-        h.update(b"\0" + " ".join(build).encode())
+        h.update(b"\0" + " ".join(build).replace(str(REPO_ROOT), "<repo>").encode())
     return h.hexdigest()
 
 
