@@ -40,6 +40,7 @@ images=(
   "statsd-exporter loglake-statsd-exporter:0.31.0 docker/Dockerfile.statsd-exporter -"
   "postgres   loglake-postgres:15        docker/Dockerfile.postgres   -"
   "redis      loglake-redis:7.0          docker/Dockerfile.redis      -"
+  "registry-proxy loglake-registry-proxy:1.22 docker/Dockerfile.registry-proxy -"
   "prometheus loglake-prometheus:2.42     docker/Dockerfile.prometheus -"
   "spark      loglake-spark:0.1.0        docker/Dockerfile.loglake    spark"
   "airflow    loglake-airflow:0.1.0      docker/Dockerfile.loglake    airflow"

@@ -13,8 +13,11 @@ rand() { openssl rand -hex "${1:-24}" | tr -d '\n'; }
 # put FILE CONTENT: write FILE (no trailing newline) unless it exists.
 put() { [ -e "$1" ] && return 0; printf '%s' "$2" > "$1.tmp" && mv "$1.tmp" "$1"; made+=("$1"); }
 
-if [ ! -e kafka_ca.pem ] || [ ! -e kafka.p12 ] || [ ! -e kafka_keystore_password ]; then
-  rm -f kafka_ca.pem kafka.p12 kafka_keystore_password
+# The CA's key is thrown away once it signed: the brokers' and the registry's certificates are
+# made together (a missing one makes the CA and both anew).
+if [ ! -e kafka_ca.pem ] || [ ! -e kafka.p12 ] || [ ! -e kafka_keystore_password ] || [ ! -e registry_tls.crt ] \
+   || [ ! -e registry_tls.key ]; then
+  rm -f kafka_ca.pem kafka.p12 kafka_keystore_password registry_tls.crt registry_tls.key
   work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
   openssl req -x509 -newkey rsa:3072 -nodes -days 825 -subj "/CN=loglake dev CA" \
     -keyout "$work/ca.key" -out kafka_ca.pem 2>/dev/null
@@ -26,10 +29,19 @@ if [ ! -e kafka_ca.pem ] || [ ! -e kafka.p12 ] || [ ! -e kafka_keystore_password
   rand > kafka_keystore_password
   openssl pkcs12 -export -in "$work/kafka.crt" -inkey "$work/kafka.key" -certfile kafka_ca.pem -name kafka \
     -passout file:kafka_keystore_password -out kafka.p12
-  made+=(kafka_ca.pem kafka.p12 kafka_keystore_password)
+  # The registry's front (nginx, docker/registry-proxy): its name on the compose network.
+  openssl req -newkey rsa:3072 -nodes -subj "/CN=schema-registry" -keyout registry_tls.key -out "$work/registry.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:schema-registry,DNS:localhost,IP:127.0.0.1\n' > "$work/registry-san.ext"
+  openssl x509 -req -in "$work/registry.csr" -CA kafka_ca.pem -CAkey "$work/ca.key" -CAserial "$work/ca.srl" \
+    -days 825 -extfile "$work/registry-san.ext" -out registry_tls.crt 2>/dev/null
+  made+=(kafka_ca.pem kafka.p12 kafka_keystore_password registry_tls.crt registry_tls.key)
 fi
 for f in kafka_broker_password kafka_controller_password kafka_admin_password kafka_loglake_password \
          kafka_guest_password ; do put "$f" "$(rand)"; done
+
+# The registry's one user (nginx's basic auth: the htpasswd holds the same password).
+put registry_loglake_password "$(rand)"
+put registry_htpasswd "$(printf 'loglake:{PLAIN}%s\n' "$(cat registry_loglake_password)")"
 
 put s3_credentials "$(printf '[default]\naws_access_key_id = loglake-%s\naws_secret_access_key = %s\n' "$(rand 6)" "$(rand 24)")"
 put spark-defaults.conf "$(printf '# Spark RPC authentication (master, workers, every spark-submit).\nspark.authenticate true\nspark.authenticate.secret %s\n' "$(rand 32)")"

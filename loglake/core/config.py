@@ -1052,6 +1052,33 @@ def load_dataset(path: Path) -> Dataset:
         raise  # unreachable
 
 
+# The login of the registry LOGLAKE_REGISTRY_URL names (the compose stack's): the user, the file
+# holding its password (a secret file, never the password itself in the environment) and the CA
+# of its certificate. Each given alone where the profile's own section has none.
+_REGISTRY_LOGIN_ENV = {"LOGLAKE_REGISTRY_USERNAME": "username", "LOGLAKE_REGISTRY_PASSWORD_FILE": "password",
+                       "LOGLAKE_REGISTRY_CA_FILE": "ca_file"}
+
+
+def _registry_login_from_env(main: str) -> dict[str, str]:
+    found = {}
+    for var, key in _REGISTRY_LOGIN_ENV.items():
+        value = os.environ.get(var)
+        if not value:
+            continue
+        if key == "password":
+            try:
+                value = Path(value).read_text().strip()
+            except OSError as e:
+                raise ConfigError(f"environment variable {var} names {value!r}, which cannot be read ({e.strerror}): "
+                                  "expected the file holding the registry password", file=main,
+                                  key="registry.password") from None
+            if not value:
+                raise ConfigError(f"the registry password file {os.environ[var]!r} ({var}) is empty", file=main,
+                                  key="registry.password")
+        found[f"registry.{key}"] = value
+    return found
+
+
 def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
                 overrides: dict[str, Any] | None = None, home: Path | str | None = None) -> Config:
     """Load ``conf/`` and validate it.
@@ -1090,6 +1117,7 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
         merged.setdefault("kafka.bootstrap_servers", os.environ["LOGLAKE_KAFKA_BOOTSTRAP"])
     if os.environ.get("LOGLAKE_REGISTRY_URL"):  # names the registry, in a profile with none too
         merged.setdefault("registry.url", os.environ["LOGLAKE_REGISTRY_URL"])
+        merged.update(_registry_login_from_env(str(main)))
     for dotted, value in merged.items():
         section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"
         if leaf:

@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from loglake.core.errors import SetupError
@@ -79,6 +80,37 @@ def java_executable() -> str:
     if not found:
         raise SetupError("no Java: set JAVA_HOME or put `java` (17+) on PATH")
     return found
+
+
+def pyspark_home() -> Path | None:
+    """The installed pyspark's directory, which holds Spark's launcher (``bin/``) and jars
+    (``jars/``); None when pyspark is not installed here.
+
+    Not simply where ``import pyspark`` came from: in a Python driver spark-submit started,
+    ``$SPARK_HOME/python/lib/pyspark.zip`` is first on the path (the wheel ships it), and the
+    package imported from the zip has no jars beside it. Then ``$SPARK_HOME`` (spark-submit sets
+    it), else the path's own ``pyspark/`` directory that has them."""
+
+    import importlib.util
+
+    def holds_jars(d: Path) -> bool:
+        return (d / "jars").is_dir()
+
+    try:
+        spec = importlib.util.find_spec("pyspark")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        for location in spec.submodule_search_locations or []:
+            if holds_jars(Path(location)):
+                return Path(location)
+    env = os.environ.get("SPARK_HOME")
+    if env and holds_jars(Path(env)):
+        return Path(env)
+    for entry in sys.path:
+        if entry and holds_jars(Path(entry) / "pyspark"):
+            return Path(entry) / "pyspark"
+    return None
 
 
 @functools.lru_cache(maxsize=1)

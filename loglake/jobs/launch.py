@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from loglake.core import paths
 from loglake.core.config import Config, ObjectStoreSettings
 from loglake.core.errors import JobError, JobFailure, SetupError
-from loglake.core.paths import CDS_QUIET, LOGSTORE_JAR, java_executable, java_version
+from loglake.core.paths import CDS_QUIET, LOGSTORE_JAR, java_version
 from loglake.core.processes import wait_for
 from loglake.jobs import registry, shared_app
 from loglake.jobs.protocol import JobRequest, read_summary_file
@@ -32,7 +31,10 @@ from loglake.ledger.leases import current_token
 def spark_home() -> Path:
     """The pyspark wheel of this interpreter's environment: Spark's bin/ and jars/."""
 
-    return Path(importlib.util.find_spec("pyspark").origin).parent
+    home = paths.pyspark_home()
+    if home is None:
+        raise SetupError("pyspark is not installed in this interpreter's environment: run `make setup`")
+    return home
 
 
 def spark_submit_bin() -> str:

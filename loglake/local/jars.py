@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 
 from loglake.core.errors import SetupError
-from loglake.core.paths import LOGSTORE_JAR, REPO_ROOT, SPARK_EXT_JAR, cache_home, jar_dir
+from loglake.core.paths import LOGSTORE_JAR, REPO_ROOT, SPARK_EXT_JAR, cache_home, jar_dir, pyspark_home
 
 KINDS = ("kafka", "spark", "registry", "s3")
 CENTRAL = "https://repo.maven.apache.org/maven2"
@@ -181,10 +180,10 @@ def failed_artifact(output: str) -> str:
 def pyspark_jars() -> tuple[Path | None, dict[str, str]]:
     """The installed pyspark's jars dir and its jars (name -> version); (None, {}) when pyspark
     is not importable here."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
+    home = pyspark_home()
+    if home is None:
         return None, {}
-    shipped_dir = Path(list(spec.submodule_search_locations)[0]) / "jars"
+    shipped_dir = home / "jars"
     return shipped_dir, jar_versions(shipped_dir)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sys
@@ -161,14 +162,16 @@ def _records(ds: Dataset, count: int, bad_fraction: float, seed: int | None,
 
 def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = None, bad_fraction: float = 0.0,
             seed: int | None = None, topic: str | None = None, progress: bool = False,
-            acked: list[tuple[int, int]] | None = None, transactional: bool = False,
-            transaction_size: int = 100, abort_every: int = 3, encoder: "Encoder | None" = None) -> ProduceResult:
+            acked: list[tuple[int, int]] | None = None, malformed: list[tuple[int, int]] | None = None,
+            transactional: bool = False, transaction_size: int = 100, abort_every: int = 3,
+            encoder: "Encoder | None" = None) -> ProduceResult:
     """Produce ``count`` generated records to the dataset's topic (created if missing).
 
     Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
     duplicates a record in the log. ``rate`` caps records/s. Returns counts and timing;
     ``acked`` (if given) receives ``(partition, offset)`` of every acknowledged record a
-    read_committed consumer sees.
+    read_committed consumer sees; ``malformed`` (if given) those of them it made malformed (the
+    producer's own account, for a check that does not trust loglake's validation).
 
     ``transactional``: as an exactly-once producer (Kafka Streams, Flink) writes, in
     transactions of ``transaction_size`` records, every ``abort_every``-th one aborted after
@@ -206,15 +209,15 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     result = ProduceResult()
     errors: list[str] = []
     # Acknowledged records of the open transaction: counted once it commits.
-    pending: list[tuple[int, int]] = []
+    pending: list[tuple[int, int, bool]] = []
 
-    def on_delivery(err, msg):
+    def on_delivery(err, msg, ok: bool = True):
         if err is not None:
             errors.append(str(err))
         elif transactional:
-            pending.append((msg.partition(), msg.offset()))
+            pending.append((msg.partition(), msg.offset(), ok))
         else:
-            _count_delivered(result, [(msg.partition(), msg.offset())], acked)
+            _count_delivered(result, [(msg.partition(), msg.offset(), ok)], acked, malformed)
 
     # Per record of the open transaction: (key, value, ok, value dict), counted when it commits.
     in_txn: list[tuple[bytes | None, bytes | None, bool, tuple]] = []
@@ -230,7 +233,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             producer.commit_transaction(60)  # flushes: every delivery report is in
             for _key, _value, ok, obj in in_txn:
                 _count_record(result, ds, obj, ok)
-            _count_delivered(result, pending, acked)
+            _count_delivered(result, pending, acked, malformed)
             pending.clear()
         result.transactions += 1
         in_txn.clear()
@@ -246,7 +249,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         for i, (key, value, ok, obj) in enumerate(_records(ds, count, bad_fraction, seed, encoder)):
             while True:
                 try:
-                    producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                    producer.produce(topic, key=key, value=value, on_delivery=functools.partial(on_delivery, ok=ok))
                     break
                 except BufferError:  # local queue full: let deliveries drain
                     producer.poll(0.05)
@@ -292,9 +295,11 @@ def _count_record(result: ProduceResult, ds: Dataset, record: tuple[str, dict | 
         result.bad += 1
 
 
-def _count_delivered(result: ProduceResult, delivered: list[tuple[int, int]],
-                     acked: list[tuple[int, int]] | None) -> None:
-    for p, o in delivered:
+def _count_delivered(result: ProduceResult, delivered: list[tuple[int, int, bool]],
+                     acked: list[tuple[int, int]] | None, malformed: list[tuple[int, int]] | None) -> None:
+    for p, o, ok in delivered:
         result.by_partition[p] = result.by_partition.get(p, 0) + 1
         if acked is not None:
             acked.append((p, o))
+        if malformed is not None and not ok:
+            malformed.append((p, o))

@@ -20,12 +20,10 @@ else in a small JVM started for the question with the Avro jar pyspark ships.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from loglake.core.config import Dataset, RegistryField
@@ -196,11 +194,10 @@ def _start_jvm():
     secret, as pyspark's own gateway is; it exits with this process at the latest)."""
     from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
-    from loglake.core.paths import java_executable
+    from loglake.core.paths import java_executable, pyspark_home
 
-    spec = importlib.util.find_spec("pyspark")
-    shipped = Path(list(spec.submodule_search_locations)[0]) / "jars" if spec and spec.submodule_search_locations \
-        else None
+    home = pyspark_home()
+    shipped = home / "jars" if home is not None else None
     found = {prefix: sorted(shipped.glob(f"{prefix}*.jar")) if shipped else [] for prefix in _JARS}
     missing = [prefix.rstrip("-") for prefix, paths in found.items() if not paths]
     if missing:

@@ -42,6 +42,9 @@ class Stack:
         self.project = module.PROJECT
         self.network = f"{self.project}_default"
         self.results: dict = {}
+        # Per topic, the (partition, offset) of each record the tests' producer made malformed (its
+        # own account): the quarantine must hold these and no other.
+        self.malformed: dict[str, set[tuple[int, int]]] = {}
 
     def container(self, service: str) -> str:
         return f"{self.project}-{service}-1"
@@ -189,9 +192,13 @@ def newest_per_key(records: dict[tuple[int, int], tuple[bytes | None, bool, int]
     return {at for at in newest.values() if not records[at][1]}
 
 
-def count_against_log(config, ds, layer: str = "speed", below: dict[int, int] | None = None) -> dict:
+def count_against_log(config, ds, layer: str = "speed", below: dict[int, int] | None = None,
+                      malformed: set[tuple[int, int]] | frozenset = frozenset()) -> dict:
     """Lost, duplicated and unexpected offsets of ``layer`` (its table and its quarantine rows)
     against the log; ``below``: only offsets under each partition's bound (a batch watermark).
+    ``malformed``: the offsets the producer made malformed; the quarantine must hold those
+    (``malformed_in_table``: one in the table instead) and no other (``wrongly_quarantined``:
+    a valid record taken out of the layer).
 
     Every offset is in the table or the quarantine once, except in a changelog's batch table,
     which holds each key's newest valid change unless that is a tombstone: there the table must
@@ -207,10 +214,12 @@ def count_against_log(config, ds, layer: str = "speed", below: dict[int, int] | 
                               for c in (table, quarantined))
     landed = table + quarantined
     duplicated = sum(v - 1 for v in landed.values() if v > 1)
+    against_producer = {"malformed_in_table": len((malformed & log) & table.keys()),
+                        "wrongly_quarantined": len(quarantined.keys() - malformed)}
     if ds.kind == "changelog" and layer == "batch":
         expected = newest_per_key({at: r for at, r in records.items() if at not in quarantined})
         return {"log": len(log), "lost": len(expected - table.keys()), "duplicated": duplicated,
                 "unexpected": len(table.keys() - expected) + len(quarantined.keys() - log),
-                "superseded_or_deleted": len(log - landed.keys() - expected)}
+                "superseded_or_deleted": len(log - landed.keys() - expected), **against_producer}
     return {"log": len(log), "lost": len(log - landed.keys()), "duplicated": duplicated,
-            "unexpected": len(landed.keys() - log)}
+            "unexpected": len(landed.keys() - log), **against_producer}

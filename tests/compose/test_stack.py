@@ -13,11 +13,11 @@ import time
 import pytest
 
 from loglake.core.processes import ProcessError, wait_for
-from tests.compose.conftest import count_against_log
+from tests.compose.conftest import REPO, count_against_log
 
 pytestmark = pytest.mark.compose
 
-EXACT = {"lost": 0, "duplicated": 0, "unexpected": 0}
+EXACT = {"lost": 0, "duplicated": 0, "unexpected": 0, "malformed_in_table": 0, "wrongly_quarantined": 0}
 
 
 def _exact(counted: dict) -> dict:
@@ -33,7 +33,7 @@ def speed_exact(stack, ds_name: str, timeout: float = 600) -> float:
     seen: dict = {}
 
     def exact() -> bool:
-        seen.update(count_against_log(config, ds, "speed"))
+        seen.update(count_against_log(config, ds, "speed", malformed=stack.malformed.get(ds.topic, set())))
         return _exact(seen) == EXACT
 
     try:
@@ -54,7 +54,8 @@ def batch_exact(stack, ds_name: str) -> dict:
 
     config = stack.config()
     ds = config.dataset(ds_name)
-    counted = count_against_log(config, ds, "batch", below=batch_watermarks(config, ds))
+    counted = count_against_log(config, ds, "batch", below=batch_watermarks(config, ds),
+                                malformed=stack.malformed.get(ds.topic, set()))
     assert _exact(counted) == EXACT, counted
     return counted
 
@@ -64,39 +65,96 @@ def produce(stack, ds_name: str, count: int, seed: int, rate: float | None = Non
     from loglake.local.produce import produce as produce_records
 
     config = stack.config()
-    produce_records(config, config.dataset(ds_name), count, bad_fraction=0.05, seed=seed, rate=rate, acked=acked)
+    ds = config.dataset(ds_name)
+    malformed: list = []
+    try:
+        produce_records(config, ds, count, bad_fraction=0.05, seed=seed, rate=rate, acked=acked, malformed=malformed)
+    finally:  # what reached the log, also when a fault cut the produce short
+        stack.malformed.setdefault(ds.topic, set()).update(malformed)
 
 
-def test_a_container_without_credentials_is_refused_everywhere(stack):
-    """From a container on the stack's network with no secret: Kafka, Spark's master, Airflow's
-    API and the object store all refuse it."""
+def test_a_container_without_credentials_is_refused_everywhere(stack, tmp_path):
+    """From a container on the stack's network with no secret of its own: Kafka, Spark's master,
+    Airflow's API, the object store and the schema registry all refuse it, each refusal of its
+    kind (a login refused, an authorizer's answer, a protocol the port does not speak), not any
+    error: in the same script loglake's own logins are answered, so a service that is down
+    fails this test instead of passing it. Kafka's user ``guest`` (a password, no ACL)
+    authenticates and is refused by the authorizer on loglake's topic and group."""
+    config = stack.config()
+    topic = config.dataset("job_views").topic
+    secrets = REPO / "docker" / "secrets"
     script = textwrap.dedent('''
-        import json, socket, urllib.request, urllib.error
+        import base64, json, os, ssl, time, urllib.error, urllib.request
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka.admin import AdminClient
         out = {}
-        def status(url):
+        insecure = ssl._create_unverified_context()  # an intruder does not check; the servers must refuse
+
+        def status(url, login=None):
+            request = urllib.request.Request(url)
+            if login:
+                request.add_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
             try:
-                return urllib.request.urlopen(url, timeout=20).status
+                return urllib.request.urlopen(request, timeout=20, context=insecure).status
             except urllib.error.HTTPError as e:
                 return e.code
+            except urllib.error.URLError as e:  # no HTTP answer: why, by kind
+                return type(e.reason).__name__
+
         out["airflow"] = status("http://airflow-api-server:8080/api/v2/dags")
         out["s3"] = status("http://s3:7070/loglake")
-        from confluent_kafka.admin import AdminClient
-        for name, conf in (("kafka_plaintext", {"security.protocol": "PLAINTEXT"}),
-                           ("kafka_tls_only", {"security.protocol": "SSL", "enable.ssl.certificate.verification": False}),
-                           ("kafka_wrong_password", {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                                                     "sasl.username": "loglake", "sasl.password": "guess",
-                                                     "enable.ssl.certificate.verification": False})):
+        registry = "https://schema-registry:8443"
+        out["registry"] = status(registry + "/apis/ccompat/v7/subjects")
+        out["registry_admin"] = status(registry + "/apis/registry/v2/admin/config/properties")
+        out["registry_wrong_password"] = status(registry + "/apis/ccompat/v7/subjects", "loglake:guess")
+        out["registry_plain_http"] = status("http://schema-registry:8443/apis/ccompat/v7/subjects")
+        out["registry_backend"] = status("http://schema-registry-backend:8081/apis/ccompat/v7/subjects")
+        out["registry_loglake"] = status(registry + "/apis/ccompat/v7/subjects",
+                                         "loglake:" + os.environ["REGISTRY_PASSWORD"])
+
+        topic = os.environ["TOPIC"]
+        sasl = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                "enable.ssl.certificate.verification": False}
+
+        def kafka(name, conf):
+            """What the broker says to a client of ``conf``: the error codes it met (their names),
+            or the topics it may see."""
+            errors = []
             admin = AdminClient({"bootstrap.servers": "kafka-1:9093", "socket.timeout.ms": 5000,
+                                 "error_cb": lambda e: errors.append(e.name()),
                                  "logger": __import__("logging").getLogger("quiet"), **conf})
             try:
-                admin.list_topics(timeout=8)
-                out[name] = "answered"
-            except Exception as e:
-                out[name] = "refused"
+                topics = admin.list_topics(timeout=10).topics
+                out[name] = {"sees_topic": topic in topics}
+            except KafkaException as e:
+                out[name] = {"errors": sorted(set(errors + [e.args[0].name()]))}
+
+        kafka("kafka_plaintext", {"security.protocol": "PLAINTEXT"})
+        kafka("kafka_tls_only", {"security.protocol": "SSL", "enable.ssl.certificate.verification": False})
+        kafka("kafka_wrong_password", {**sasl, "sasl.username": "loglake", "sasl.password": "guess"})
+        for user in ("guest", "loglake"):
+            login = {**sasl, "sasl.username": user, "sasl.password": os.environ[user.upper() + "_PASSWORD"]}
+            kafka("kafka_" + user, login)
+            consumer = Consumer({"bootstrap.servers": "kafka-1:9093", "group.id": "loglake-intruder",
+                                 "enable.auto.commit": False, "enable.partition.eof": True,
+                                 "logger": __import__("logging").getLogger("quiet"), **login})
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            read, deadline = None, time.time() + 30
+            while read is None and time.time() < deadline:
+                msg = consumer.poll(1)
+                if msg is not None:
+                    read = msg.error().name() if msg.error() else "record"
+            out["kafka_" + user]["read"] = read
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=15)
+                out["kafka_" + user]["group"] = "answered"
+            except KafkaException as e:
+                out["kafka_" + user]["group"] = e.args[0].name()
+            consumer.close()
+
         # Spark's master: an application without the shared secret is not registered. The context
         # is made either way (its client registers in the background); a refused one gives up after
         # its retries and stops itself ("All masters are unresponsive! Giving up").
-        import time
         from pyspark import SparkConf, SparkContext
         sc = SparkContext(conf=SparkConf().setMaster("spark://spark-master:7077").setAppName("intruder")
                           .set("spark.authenticate", "false").set("spark.ui.enabled", "false"))
@@ -105,17 +163,40 @@ def test_a_container_without_credentials_is_refused_everywhere(stack):
             time.sleep(1)
         out["spark"] = "refused" if sc._jsc.sc().isStopped() else "registered"
         print("RESULT " + json.dumps(out), flush=True)
-        import os; os._exit(0)
+        os._exit(0)
     ''')
+    env = {"TOPIC": topic, "GUEST_PASSWORD": (secrets / "kafka_guest_password").read_text().strip(),
+           "LOGLAKE_PASSWORD": (secrets / "kafka_loglake_password").read_text().strip(),
+           "REGISTRY_PASSWORD": (secrets / "registry_loglake_password").read_text().strip()}
+    env_file = tmp_path / "intruder.env"  # the passwords off the docker command line
+    env_file.touch(mode=0o600)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     r = stack.docker("run", "--rm", "--network", stack.network, "-e", "SPARK_CONF_DIR=/nonexistent",
-                     "loglake-spark:0.1.0", "/opt/loglake/.venv/bin/python", "-c", script, check=False, timeout=300)
+                     "--env-file", str(env_file), "loglake-spark:0.1.0", "/opt/loglake/.venv/bin/python", "-c", script, check=False, timeout=360)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, r.stdout + r.stderr
     import json
     got = json.loads(line[0][7:])
+    stack.record("intruder", got)
     stack.record("intruder_spark_says", [x for x in r.stderr.splitlines() if "Giving up" in x or "Reason" in x][:2])
-    assert got == {"airflow": 401, "s3": 403, "kafka_plaintext": "refused", "kafka_tls_only": "refused",
-                   "kafka_wrong_password": "refused", "spark": "refused"}, got
+    # loglake's own logins answered: each service below is up, and what it refused was the intruder.
+    assert got["registry_loglake"] == 200, got
+    assert got["kafka_loglake"] == {"sees_topic": True, "read": "_PARTITION_EOF", "group": "answered"}, got
+    # Airflow and the store ask for a login; the registry's front does too, on each of its APIs,
+    # speaks only TLS, and its backend is not on this network at all.
+    assert (got["airflow"], got["s3"]) == (401, 403), got
+    assert (got["registry"], got["registry_admin"], got["registry_wrong_password"]) == (401, 401, 401), got
+    assert got["registry_plain_http"] == 400, got  # nginx: "plain HTTP request was sent to HTTPS port"
+    assert got["registry_backend"] == "gaierror", got  # the name does not resolve here
+    # Kafka: a client that does not speak SASL over TLS is disconnected, a wrong password is an
+    # authentication failure, and guest, authenticated, sees no topic of loglake's and is refused
+    # its topic and its group by the authorizer.
+    for name in ("kafka_plaintext", "kafka_tls_only"):
+        assert "_TRANSPORT" in got[name].get("errors", []) and "_AUTHENTICATION" not in got[name]["errors"], got
+    assert "_AUTHENTICATION" in got["kafka_wrong_password"].get("errors", []), got
+    assert got["kafka_guest"] == {"sees_topic": False, "read": "TOPIC_AUTHORIZATION_FAILED",
+                                  "group": "GROUP_AUTHORIZATION_FAILED"}, got
+    assert got["spark"] == "refused", got
 
 
 def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(stack):
@@ -396,8 +477,11 @@ def test_an_airflow_worker_killed_during_a_backfill_each_range_once(stack):
     batch_exact(stack, "job_views")
 
 
+# The two writers start together (at the host's START; the containers share its clock) once each
+# is ready (the Spark session up); delta-rs appends until the table holds Spark's n rows, so the
+# two overlap for Spark's whole run.
 SPARK_WRITER = textwrap.dedent('''
-    import os, sys
+    import os, sys, time
     from loglake.core.config import load_config
     from loglake.jobs.launch import spark_conf
     from pyspark.sql import SparkSession
@@ -407,26 +491,39 @@ SPARK_WRITER = textwrap.dedent('''
         b = b.config(k, v)
     spark = b.getOrCreate()
     path = config.lake_root.replace("/lake", "/race/t")
-    for i in range({n}):
-        spark.createDataFrame([("spark", i)], "who string, i int").write.format("delta").mode("append").save(path)
-    print("DONE spark", flush=True)
+    rows = [spark.createDataFrame([("spark", i)], "who string, i int") for i in range({n})]
+    late = time.time() - {start}
+    time.sleep(max(0.0, {start} - time.time()))
+    for df in rows:
+        df.write.format("delta").mode("append").save(path)
+    print(f"DONE spark (ready {{-late:.1f}} s before the start)", flush=True)
 ''')
 
 DELTA_RS_WRITER = textwrap.dedent('''
+    import time
     import pyarrow as pa
+    import pyarrow.compute as pc
     from deltalake import write_deltalake, DeltaTable
     from loglake.core.config import load_config
     from loglake.core.objectstore import delta_location
     config = load_config("/opt/loglake/conf", profile="cluster")
     uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"))
-    for i in range({n}):
+    time.sleep(max(0.0, {start} - time.time()))
+    i, deadline = 0, time.time() + 600
+    while time.time() < deadline:
         write_deltalake(uri, pa.table({{"who": ["delta-rs"], "i": pa.array([i], pa.int32())}}), mode="append",
                         storage_options=options)
-    print("DONE delta-rs", flush=True)
+        i += 1
+        who = DeltaTable(uri, storage_options=options).to_pyarrow_table(columns=["who"])["who"]
+        if pc.sum(pc.equal(who, "spark")).as_py() >= {n}:
+            break
+    print(f"DONE delta-rs {{i}}", flush=True)
 ''')
 
 
 def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
+    from tests.integration.test_object_store_commits import spark_retried
+
     n = 15
     config = stack.config()
     # The table made first by one writer, so both append to it from the start.
@@ -434,12 +531,14 @@ def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
     from deltalake import DeltaTable, write_deltalake
 
     from loglake.core.objectstore import delta_location
-    uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"))
+    table_path = config.lake_root.replace("/lake", "/race/t")
+    uri, options = delta_location(table_path)
     write_deltalake(uri, pa.table({"who": ["init"], "i": pa.array([0], pa.int32())}), storage_options=options)
     results: dict = {}
+    start = time.time() + 150  # both containers started and Spark's session up by then
 
     def run(name, script):
-        results[name] = stack.run_in("loglake-init", script.format(n=n), timeout=900)
+        results[name] = stack.run_in("loglake-init", script.format(n=n, start=start), timeout=900)
 
     threads = [threading.Thread(target=run, args=("spark", SPARK_WRITER)),
                threading.Thread(target=run, args=("delta-rs", DELTA_RS_WRITER))]
@@ -449,13 +548,20 @@ def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
         t.join()
     for name, r in results.items():
         assert f"DONE {name}" in r.stdout, (name, r.stdout[-2000:], r.stderr[-4000:])
+    spark_said = next(x for x in results["spark"].stdout.splitlines() if x.startswith("DONE spark"))
+    assert "ready -" not in spark_said, spark_said  # Spark's session was up before the start: a race
+    k = int(next(x for x in results["delta-rs"].stdout.splitlines() if x.startswith("DONE delta-rs")).split()[-1])
     table = DeltaTable(uri, storage_options=options)
     rows = table.to_pyarrow_table().to_pylist()
     assert sorted((r["who"], r["i"]) for r in rows if r["who"] != "init") == sorted(
-        [("spark", i) for i in range(n)] + [("delta-rs", i) for i in range(n)])
+        [("spark", i) for i in range(n)] + [("delta-rs", i) for i in range(k)])
     history = sorted(h["version"] for h in table.history())
-    assert history == list(range(2 * n + 1)), history  # every commit present, versions contiguous
-    stack.record("concurrent_commits", {"each": n, "versions": len(history)})
+    assert history == list(range(n + k + 1)), history  # every commit present, versions contiguous
+    # A race indeed: Spark's commits found their versions taken by delta-rs and were made again.
+    retried = spark_retried(table_path)
+    assert retried, "no Spark commit was refused and retried: the writers did not overlap"
+    stack.record("concurrent_commits", {"spark_appends": n, "delta_rs_appends": k, "versions": len(history),
+                                        "spark_retried": len(retried), "spark_said": spark_said})
 
 
 def _replicas(stack, service: str) -> dict[str, str]:

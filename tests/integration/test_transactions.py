@@ -64,13 +64,17 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
     config = make_config()
     ds = config.dataset("job_views")
     # As in the issue, smaller: plain records, transactions (every third aborted), plain records.
-    first = produce(config, ds, 600, bad_fraction=0.05, seed=201)
-    txn = produce(config, ds, 600, bad_fraction=0.05, seed=202, transactional=True, transaction_size=40, abort_every=3)
-    last = produce(config, ds, 300, bad_fraction=0.05, seed=203)
+    malformed: list = []  # the producer's own account of the records it broke (what reached the log)
+    first = produce(config, ds, 600, bad_fraction=0.05, seed=201, malformed=malformed)
+    txn = produce(config, ds, 600, bad_fraction=0.05, seed=202, transactional=True, transaction_size=40, abort_every=3,
+                  malformed=malformed)
+    last = produce(config, ds, 300, bad_fraction=0.05, seed=203, malformed=malformed)
     assert (txn.transactions, txn.aborted_transactions, txn.aborted, txn.records) == (15, 5, 200, 400)
     committed = log_offsets(config, ds.topic, "read_committed")
     everything = log_offsets(config, ds.topic, "read_uncommitted")
     aborted = everything - committed
+    assert len(malformed) == len(set(malformed)) == first.bad + txn.bad + last.bad > 0
+    assert set(malformed) <= committed  # an aborted transaction's broken records are not counted
     assert len(committed) == first.records + txn.records + last.records == 1300
     assert len(aborted) == txn.aborted == 200
     # The markers take offsets too: the log's span is more than all its records.
@@ -81,6 +85,9 @@ def test_a_transactional_topic_lands_its_committed_records_once_and_its_aborted_
     assert len(speed) == len(set(speed)), "an offset landed twice in the speed layer"
     assert set(speed) == committed, (f"{len(set(speed) & aborted)} aborted records served, "
                                      f"{len(committed - set(speed))} committed records missing")
+    q = (spark.read.format("delta").load(config.table_path(ds, "quarantine")).where(F.col("_layer") == "speed")
+         .select("_partition", "_offset").collect())
+    assert {(r[0], r[1]) for r in q} == set(malformed)  # the quarantine holds what was broken, and only that
 
     result = recompute_and_publish(spark, config, ds, plan_batch(config, ds), "txn")
     assert result is not None

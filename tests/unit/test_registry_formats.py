@@ -199,3 +199,30 @@ def test_the_registry_url_comes_from_the_environment_in_a_profile_without_one(tm
     assert load_config(conf, home=tmp_path).profile.registry is None
     monkeypatch.setenv("LOGLAKE_REGISTRY_URL", "https://registry.example:8443/apis/ccompat/v7")
     assert load_config(conf, home=tmp_path).registry.url == "https://registry.example:8443/apis/ccompat/v7"
+
+
+def test_the_registry_login_comes_from_the_environment_with_its_url(tmp_path, monkeypatch):
+    """The compose stack names its registry and the login to it in the environment: the user,
+    the secret file with the password, the CA (docker/compose.yaml)."""
+    from loglake.core.config import load_config
+    from loglake.core.errors import ConfigError
+    from loglake.testing.conf import write_conf
+
+    conf = write_conf(tmp_path, "localhost:9")
+    secret = tmp_path / "registry_loglake_password"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("LOGLAKE_REGISTRY_URL", "https://schema-registry:8443/apis/ccompat/v7")
+    monkeypatch.setenv("LOGLAKE_REGISTRY_USERNAME", "loglake")
+    monkeypatch.setenv("LOGLAKE_REGISTRY_PASSWORD_FILE", str(secret))
+    monkeypatch.setenv("LOGLAKE_REGISTRY_CA_FILE", "/run/secrets/kafka_ca")
+    registry = load_config(conf, home=tmp_path).registry
+    assert (registry.username, registry.password.get_secret_value(), registry.ca_file) == (
+        "loglake", "s3cret", "/run/secrets/kafka_ca")
+    monkeypatch.setenv("LOGLAKE_REGISTRY_PASSWORD_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError) as e:
+        load_config(conf, home=tmp_path)
+    assert e.value.key == "registry.password" and "LOGLAKE_REGISTRY_PASSWORD_FILE" in str(e.value)
+    monkeypatch.delenv("LOGLAKE_REGISTRY_PASSWORD_FILE")
+    with pytest.raises(ConfigError) as e:  # a user without a password: refused, as in a profile
+        load_config(conf, home=tmp_path)
+    assert "password" in str(e.value)
