@@ -45,15 +45,23 @@ spark.stop()
 """
 
 
+def _to_make(target: Path, force: bool) -> bool:
+    """Whether ``target`` is to be dumped (missing, or ``force``); if so, the way is cleared."""
+
+    if target.exists() and not force:
+        return False
+    target.unlink(missing_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return True
+
+
 def make(force: bool = False) -> tuple[Path, float | None]:
     """Dump the archive unless it exists; (its path, seconds taken or None when it was there)."""
 
     target = cds_archive()
-    if target.exists() and not force:
+    # (The old archive goes first: the drivers' own settings, spark_conf, would start this one with it.)
+    if not _to_make(target, force):
         return target, None
-    # The drivers' own settings (spark_conf) would start this one with the old archive.
-    target.unlink(missing_ok=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     home = mirror(target) if cds_can_link() else spark_home()
     with tempfile.TemporaryDirectory(prefix="loglake-cds-") as tmp:
@@ -131,10 +139,8 @@ def make_kafka(force: bool = False) -> tuple[Path, float | None]:
     from loglake.local.broker import EmbeddedKafka, kafka_archive
 
     target = kafka_archive()
-    if target.exists() and not force:
+    if not _to_make(target, force):
         return target, None
-    target.unlink(missing_ok=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     dump = target.with_suffix(f".{os.getpid()}.tmp")
     options = os.environ.get("KAFKA_OPTS", "")
