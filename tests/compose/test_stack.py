@@ -535,6 +535,7 @@ DELTA_RS_WRITER = textwrap.dedent('''
         who = DeltaTable(uri, storage_options=options).to_pyarrow_table(columns=["who"])["who"]
         if pc.sum(pc.equal(who, "spark")).as_py() >= {n}:
             break
+        time.sleep(1.0)  # paced: appends all along Spark's run without starving its commits
     print(f"DONE delta-rs {{i}}", flush=True)
 ''')
 
