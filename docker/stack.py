@@ -3,6 +3,7 @@
     python docker/stack.py up [--timeout S]   secrets and images made if missing, the stack started,
                                               every health check waited for, the endpoints printed
     python docker/stack.py endpoints          where the UI, the brokers, the master, the store and Prometheus answer
+    python docker/stack.py services [--json]  each container's health (--json: as `loglake status` reads it)
     python docker/stack.py env                `export` lines for `loglake` on this host (profile cluster)
     python docker/stack.py loglake ARGS...    `loglake ARGS` on this host against the stack
     python docker/stack.py token [USER]       an Airflow API token (POST /auth/token, FAB user of airflow_users.json)
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,6 +87,9 @@ def host_env() -> dict[str, str]:
     master_ip = container_ip(f"{PROJECT}-spark-master-1")
     return {
         "LOGLAKE_PROFILE": "cluster",
+        # `loglake status` reports the containers' health (their own checks), not this host's processes.
+        "LOGLAKE_SERVICES_COMMAND": shlex.join([sys.executable, str(DOCKER_DIR / "stack.py"), "services", "--json"]),
+        "LOGLAKE_COMPOSE_PROJECT": PROJECT,
         "LOGLAKE_HOME": str(REPO / ".loglake" / f"compose-host-{PROJECT}"),
         "LOGLAKE_KAFKA_BOOTSTRAP": HOST_BROKERS,
         "LOGLAKE_KAFKA_USERNAME": "loglake",
@@ -124,16 +129,28 @@ def endpoints() -> str:
     return "\n".join(f"  {name:<{width}}  {where}" for name, where in rows)
 
 
-def health_table() -> tuple[str, bool]:
-    lines, ok = [], True
-    for s in sorted(services(), key=lambda s: s.get("Service", "")):
+def service_states() -> list[dict]:
+    """Each container of the project's services (not a `compose run`'s) as ``loglake status``
+    takes a deployment's (``deployment.services_command``): name, running (healthy, or a one-shot
+    service that finished with 0), state, detail. A replica past the first is named with its number."""
+    out = []
+    for s in sorted(services(), key=lambda s: (s.get("Service", ""), s.get("Name", ""))):
+        if "com.docker.compose.oneoff=True" in s.get("Labels", ""):
+            continue  # a `compose run` of a command, not a service of the stack
         state, health = s.get("State", ""), s.get("Health", "")
         one_shot = state == "exited" and "(0)" in s.get("Status", "")
-        good = health == "healthy" or one_shot
-        ok &= good
-        lines.append(f"  {s.get('Service', '?'):<24} {state:<9} {health or ('done' if one_shot else '-'):<10} "
-                     f"{s.get('Status', '')}")
-    return "\n".join(lines), ok
+        number = str(s.get("Name", "")).rsplit("-", 1)[-1]
+        name = s.get("Service", "?") + (f"-{number}" if number.isdigit() and number != "1" else "")
+        out.append({"name": name, "running": health == "healthy" or one_shot,
+                    "state": health or ("done" if one_shot else state) or "-",
+                    "detail": f"{state}: {s.get('Status', '')}"})
+    return out
+
+
+def health_table() -> tuple[str, bool]:
+    rows = service_states()
+    lines = [f"  {s['name']:<24} {s['state']:<10} {s['detail']}" for s in rows]
+    return "\n".join(lines), all(s["running"] for s in rows)
 
 
 def up(timeout: int) -> int:
@@ -174,6 +191,13 @@ def main(argv: list[str]) -> int:
         table, ok = health_table()
         print(table + "\n\n" + endpoints())
         return 0 if ok else 1
+    if cmd == "services":
+        states = service_states()
+        if "--json" in rest:  # the records say each one's health; the exit says they were read
+            print(json.dumps(states))
+            return 0
+        print(health_table()[0])
+        return 0 if states and all(s["running"] for s in states) else 1
     if cmd == "env":
         print("\n".join(f"export {k}='{v}'" for k, v in host_env().items()))
         return 0

@@ -310,7 +310,8 @@ def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 
     """A statement's rows by Spark (``loglake.serving.spark.query``) as a pandas DataFrame; a
     session of its own (JVM output to ``cli.log``), stopped after, unless ``spark`` is given."""
 
-    from pyspark.errors import AnalysisException  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from py4j.protocol import Py4JError  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from pyspark.errors import AnalysisException, PySparkException  # deferred: likewise
 
     from loglake.jobs.session import get_spark  # deferred: heavy, kept off the start of the CLI and of DAG parsing
     from loglake.serving.spark import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
@@ -318,12 +319,12 @@ def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 
     )
 
     own = spark is None
-    # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
-    spark = spark or get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"},
-                               log_file=config.home / "logs" / "cli.log")
     # PySpark logs every failed analysis as a JSON blob; the error below says it plainly.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
+        # The result is the output: no stage progress bars, and the JVM's warnings go to the log.
+        spark = spark or get_spark(config, "loglake-query", {"spark.ui.showConsoleProgress": "false"},
+                                   log_file=config.home / "logs" / "cli.log")
         try:
             df = query(spark, config, sql, as_of)
         except AnalysisException as e:
@@ -332,8 +333,13 @@ def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 
             raise LoglakeError(f"{first}\n  tables{' as of ' + as_of if as_of else ''}: "
                                f"{', '.join(names) or 'none yet'}") from None
         return df.limit(limit).toPandas() if limit else df.toPandas()
+    except (Py4JError, PySparkException) as e:  # the session or the cluster failed, not the statement
+        logging.getLogger("loglake.query").exception("Spark failed the statement")
+        said = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise LoglakeError(f"Spark ({config.profile.spark.master}) could not run the statement: {said} "
+                           f"(details: {config.home / 'logs' / 'cli.log'})") from None
     finally:
-        if own:
+        if own and spark is not None:
             spark.stop()
 
 

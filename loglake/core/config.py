@@ -22,6 +22,7 @@ import importlib.util
 import logging
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -781,6 +782,23 @@ class RegistrySettings(_Strict):
         return conf
 
 
+class DeploymentSettings(_Strict):
+    """Where the platform's processes run when not on this host (docs/deployment/docker.md).
+    ``services_command``: a command (argv) that prints the deployment's services as a JSON list of
+    ``{"name", "running", "detail"}``; ``loglake status`` reports them instead of this host's
+    processes (``$LOGLAKE_SERVICES_COMMAND``, split as a shell would, sets it: ``python
+    docker/stack.py env`` does, for the compose stack). Null: loglake's processes run here."""
+
+    services_command: list[str] | None = None
+
+    @field_validator("services_command")
+    @classmethod
+    def _not_empty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(isinstance(a, str) and a for a in v)):
+            raise ValueError("expected a command as a list of words, e.g. [python, docker/stack.py, services, --json]")
+        return v
+
+
 class Profile(_Strict):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # The schema registry of datasets in a registry format (null: the profile has none).
@@ -794,6 +812,7 @@ class Profile(_Strict):
     # Only in a profile whose Kafka and Spark ``loglake cluster up`` runs (local-cluster); with
     # ``kafka.security`` its three nodes are secured as the embedded broker is.
     local_cluster: LocalClusterSettings | None = None
+    deployment: DeploymentSettings = Field(default_factory=DeploymentSettings)
 
 
 # --- the whole configuration ----------------------------------------------------------
@@ -1118,6 +1137,19 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
     if os.environ.get("LOGLAKE_REGISTRY_URL"):  # names the registry, in a profile with none too
         merged.setdefault("registry.url", os.environ["LOGLAKE_REGISTRY_URL"])
         merged.update(_registry_login_from_env(str(main)))
+    else:
+        stray = [var for var in _REGISTRY_LOGIN_ENV if os.environ.get(var)]
+        if stray:  # a login for no registry: said, not ignored
+            raise ConfigError(f"environment variable {stray[0]} is set but LOGLAKE_REGISTRY_URL is not: the login "
+                              "variables go with the registry it names (set it, or unset them)", file=str(main),
+                              key="registry")
+    if os.environ.get("LOGLAKE_SERVICES_COMMAND"):
+        try:
+            words = shlex.split(os.environ["LOGLAKE_SERVICES_COMMAND"])
+        except ValueError as e:
+            raise ConfigError(f"environment variable LOGLAKE_SERVICES_COMMAND is not a command a shell would "
+                              f"split ({e})", file=str(main), key="deployment.services_command") from None
+        merged.setdefault("deployment.services_command", words)
     for dotted, value in merged.items():
         section, _, leaf = dotted.partition(".")  # "kafka.bootstrap_servers"
         if leaf:

@@ -10,6 +10,7 @@ end offset, the speed layer's position and the batch watermark. Used by
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -268,12 +269,14 @@ class ProcessState:
     cluster: bool = False     # the local cluster's: its own status lines say it in the text
 
     def line(self) -> str:
-        return f"  {self.name:<22} {self.label or state_label(self.pid)}{'  ' + self.detail if self.detail else ''}"
+        return f"  {self.name:<24} {self.label or state_label(self.pid)}{'  ' + self.detail if self.detail else ''}"
 
 
 def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]] | None, bool]:
     """Every process of the platform, the local cluster's own status (ok, lines; None without
     one), and whether Kafka runs."""
+    if config.profile.deployment.services_command:
+        return deployment_services(config), None, True
     rows: list[ProcessState] = []
     cluster_lines = None
     kafka_up = True
@@ -318,6 +321,29 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
     return rows, cluster_lines, kafka_up
 
 
+def deployment_services(config: Config) -> list[ProcessState]:
+    """The deployment's services as its own command reports them (``deployment.services_command``:
+    a JSON list of ``{"name", "running", "detail"}``, and ``state`` to say instead of running), each a ``ProcessState`` without a pid."""
+    command = config.profile.deployment.services_command
+    where = f"deployment.services_command ({' '.join(command)})"
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"{where} could not be run: {e}", key="deployment.services_command") from None
+    if out.returncode != 0:
+        said = (out.stderr.strip() or out.stdout.strip()).splitlines()
+        raise ProcessError(f"{where} exited {out.returncode}" + (f": {said[-1]}" if said else ""))
+    try:
+        found = json.loads(out.stdout)
+        rows = [ProcessState(str(s["name"]), None, bool(s["running"]), str(s.get("detail", "")),
+                             label=str(s.get("state") or ("running" if s["running"] else "not running")).ljust(20))
+                for s in found]
+    except (ValueError, TypeError, KeyError) as e:
+        raise ProcessError(f"{where} printed no JSON list of {{name, running, detail}} ({type(e).__name__}: {e}): "
+                           f"{out.stdout[:200]!r}") from None
+    return rows
+
+
 def status(config: Config, as_json: bool = False) -> int:
     """Every process, then per dataset and partition: end offset, speed position, batch watermark
     (``as_json``: all of it as one JSON object, ``loglake.observe.snapshot``).
@@ -339,7 +365,7 @@ def status(config: Config, as_json: bool = False) -> int:
     line = registry_line(config)
     if line is not None:
         print(line)
-    if exporter.serves(config):
+    if exporter.serves(config) and not config.profile.deployment.services_command:  # else: one of its services
         print(f"metrics: {exporter.url(config)}")
 
     print("datasets (per partition: log end, speed position and lag, batch watermark):")

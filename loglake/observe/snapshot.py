@@ -69,4 +69,4 @@ def platform(config: Config, processes, kafka_up: bool) -> dict:
 
     found, errors = datasets(config, kafka_up)
     return {"at": datetime.now(timezone.utc).isoformat(), "metrics": exporter.url(config) if exporter.serves(config)
-            else None, "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}
+            and not config.profile.deployment.services_command else None, "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}

@@ -11,13 +11,14 @@ returns; nothing here is computed twice.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import describe_holder
 from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
 from loglake.ledger.leases import holders
+from loglake.ledger.losses import speed_positions
 from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
 from loglake.ledger.results import AuditRecord, QualityRecord, last_audit, last_quality
 from loglake.ledger.schemas import format_text
@@ -97,6 +98,12 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
     """
 
     parts = dataset_state(config, ds)
+    if any(s.speed_position is None for s in parts):
+        # The group's record follows the micro-batches asynchronously (and a run may end before it is
+        # made): where it has none, the position the stream's tables record (reading them costs a scan,
+        # so only then).
+        landed = speed_positions(config, ds, {s.partition: s.speed_position for s in parts})
+        parts = [replace(s, speed_position=landed.get(s.partition)) for s in parts]
     marks = batch_watermarks(config, ds, {s.partition: s.earliest for s in parts})
     settings = topic_configs(config, ds.topic)
     policy = settings.get("cleanup.policy")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import ParamError
+from loglake.core.errors import ConfigError, ParamError
 from loglake.ledger.planning import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
 from loglake.ledger.tables import dataset_tables, open_table
@@ -230,12 +230,14 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
     for name in sorted(used):
         ds, layer = known[name]
         if layer is not None and name not in tables:
-            raise Unsupported(f"{name} has no table{' at ' + as_of if as_of else ''} yet")
+            # Spark has none either: said here, in loglake's words, with no JVM started to say it.
+            raise ConfigError(f"table {name} does not exist{' at ' + as_of if as_of else ''} yet", key="sql")
         if layer is None:
             present = {lr: tables[getattr(ds.tables, lr)] for lr in ("batch", "speed")
                        if getattr(ds.tables, lr) in tables}
             if not present:
-                raise Unsupported(f"dataset {ds.name} has no speed or batch table yet")
+                raise ConfigError(f"dataset {ds.name} has no speed or batch table{' at ' + as_of if as_of else ''} "
+                                  "yet (run the speed layer or a batch)", key="dataset")
             views.append(f'"{ds.name}" AS ({view_sql(config, ds, snaps[ds.name], present)})')
     if views:
         first = next(i for i, (kind, _t) in enumerate(tokens) if kind == "word")

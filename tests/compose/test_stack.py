@@ -6,9 +6,11 @@ tables (0 lost, 0 duplicated). The tests run in order on one stack; each records
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -228,6 +230,7 @@ def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(sta
     produced = datetime.now(timezone.utc).isoformat()
     stack.record("speed_catch_up_seconds_20k", speed_exact(stack, "job_views"))
     speed_exact(stack, "company_ceos")
+    status_reports_the_deployment(stack)
     airflow = stack.airflow()
 
     def scheduled_success_after_produce():
@@ -249,12 +252,51 @@ def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(sta
         assert batch_watermarks(config, ds) == ends, name  # the scheduled run covered the whole log
         audit_ok(stack, name)
         assert batch_exact(stack, name)["log"] == sum(ends.values())
+    log = Path(stack.env()["LOGLAKE_HOME"]) / "logs" / "cli.log"
+    log.unlink(missing_ok=True)
+    t0 = time.monotonic()
     served = stack.loglake("query", "SELECT count(*) AS n FROM job_views", "--format", "csv")
+    stack.record("host_query_seconds", round(time.monotonic() - t0, 1))
     assert served.returncode == 0, served.stderr
+    # Read from the host by the Arrow engine (delta-rs on the object store): no Spark session started.
+    assert "JVM of pid" not in (log.read_text() if log.exists() else ""), log.read_text()
     config = stack.config()
     from tests.compose.conftest import table_offsets
     valid = len(table_offsets(config.table_path(config.dataset("job_views"), "speed")))
     assert served.stdout == f"n\n{valid}\n"
+
+
+def status_reports_the_deployment(stack) -> None:
+    """Issue 45 (4): `loglake status` from the host reports the stack's services by their own health
+    checks (it listed them as this host's stopped processes and exited 1) and each stream's
+    position at the log end once it has caught up (it showed none)."""
+    from loglake.kafka.admin import log_bounds
+
+    config = stack.config()
+    ends = {name: log_bounds(config, config.dataset(name).topic) for name in ("job_views", "company_ceos")}
+    said: dict = {}
+
+    def at_the_end() -> bool:
+        t0 = time.monotonic()
+        r = said["r"] = stack.loglake("status")
+        said["seconds"] = round(time.monotonic() - t0, 1)
+        assert r.returncode == 0, r.stdout + r.stderr
+        # The group's record follows the micro-batches by a moment: the last one's shows within seconds.
+        return all(f"[{p}] end {hi}  speed position {hi} (lag 0" in r.stdout.split(f"\n{name} (")[1]
+                   .split("\n  counted:")[0] for name, bounds in ends.items() for p, (_lo, hi) in bounds.items())
+
+    try:
+        wait_for(at_the_end, 90, "loglake status to show every stream at the log end", interval=10)
+    except ProcessError:
+        raise AssertionError((ends, said["r"].stdout)) from None
+    stack.record("host_status_seconds", said["seconds"])
+    processes = said["r"].stdout.split("datasets (")[0]
+    for service in ("kafka-1", "kafka-3", "spark-master", "spark-worker-2", "speed-job-views", "speed-company-ceos",
+                    "airflow-scheduler", "airflow-worker-1", "metrics", "schema-registry", "s3", "prometheus"):
+        assert re.search(rf"^  {service} +healthy ", processes, re.M), (service, processes)
+    assert "stopped" not in processes and "airflow UI" not in processes, processes  # nothing of this host's
+    json_status = stack.loglake("status", "--json")
+    assert json_status.returncode == 0, json_status.stderr
 
 
 def prometheus(stack, path: str, **params) -> dict:

@@ -242,3 +242,16 @@ def test_the_default_engine_starts_no_jvm_for_a_query_and_spark_runs_the_rest(bo
     r = cli(config, "query", "SHOW TABLES IN batch", "--engine", "arrow")
     assert r.returncode == 2 and r.stderr.startswith("loglake: error: --engine arrow: SHOW is not a query"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_dataset_with_no_table_yet_is_said_without_starting_spark(kafka_bootstrap, tmp_path):
+    """Issue 45 (4): against a lake where nothing has landed, the Arrow engine says so in loglake's
+    words; it used to hand the statement to Spark, which on the compose stack failed with a stack trace."""
+    config = load_config(write_conf(tmp_path, kafka_bootstrap, topic_suffix="qnone"), home=tmp_path / "state")
+    r = cli(config, "query", "SELECT count(*) AS n FROM job_views")
+    assert r.returncode != 0 and r.stdout == "", r
+    assert "dataset job_views has no speed or batch table yet" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli(config, "query", "SELECT count(*) AS n FROM batch.job_views")
+    assert r.returncode != 0 and "table batch.job_views does not exist yet" in r.stderr, r.stderr
+    log = config.home / "logs" / "cli.log"
+    assert not log.exists() or "JVM of pid" not in log.read_text()  # no Spark session was started

@@ -226,3 +226,8 @@ def test_the_registry_login_comes_from_the_environment_with_its_url(tmp_path, mo
     with pytest.raises(ConfigError) as e:  # a user without a password: refused, as in a profile
         load_config(conf, home=tmp_path)
     assert "password" in str(e.value)
+    monkeypatch.delenv("LOGLAKE_REGISTRY_URL")
+    with pytest.raises(ConfigError) as e:  # a login for no registry: said, not ignored
+        load_config(conf, home=tmp_path)
+    assert e.value.key == "registry" and "LOGLAKE_REGISTRY_USERNAME is set but LOGLAKE_REGISTRY_URL is not" in str(
+        e.value)
