@@ -100,10 +100,11 @@ class EmbeddedKafka:
 
     def __init__(self, home: Path, port: int = 9092, controller_port: int | None = None, heap: str = "512m",
                  *, node_id: int = 1, voters: dict[int, int] | None = None, cluster_id: str | None = None,
-                 security: BrokerSecurity | None = None):
+                 security: BrokerSecurity | None = None, java_options: list[str] | None = None):
         """``voters`` (node id → controller port) and ``cluster_id`` make this one node of a
         cluster (``loglake.local.cluster``); without them it is a cluster of its own. ``security``:
-        SASL/SCRAM over TLS on the client port (``loglake.kafka.security``) instead of plaintext."""
+        SASL/SCRAM over TLS on the client port (``loglake.kafka.security``) instead of plaintext.
+        ``java_options``: the JVM's options beside the heap instead of ``jvm_options()``."""
         self.home = Path(home).absolute()  # the pid check matches this path in the command line
         self.port = port
         self.node_id = node_id
@@ -114,6 +115,7 @@ class EmbeddedKafka:
         self.controller_port = controller_port if controller_port is not None else free_port()
         self.heap = heap
         self.security = security
+        self.java_options = java_options
         self.kafka_dir = self.home / "kafka"
         self.data_dir = self.kafka_dir / "data"
         self.props_path = self.kafka_dir / "server.properties"
@@ -125,12 +127,17 @@ class EmbeddedKafka:
 
     @classmethod
     def on_free_ports(cls, home: Path, heap: str = "512m", attempts: int = 3, timeout: float = 60.0,
-                      ports=None, security: BrokerSecurity | None = None) -> EmbeddedKafka:
+                      ports=None, security: BrokerSecurity | None = None,
+                      java_options: list[str] | None = None) -> EmbeddedKafka:
         """A started broker on ports free right now (tests, benchmarks, soak). A free port can
         be taken by another process before the broker binds it: then again on fresh ones, up to
         ``attempts`` times. ``ports`` (an iterator of client ports) replaces the OS's choice."""
-        return started_on_free_port(lambda port: cls(home, port=port, heap=heap, security=security),
+        return started_on_free_port(lambda port: cls(home, port=port, heap=heap, security=security,
+                                                     java_options=java_options),
                                     lambda kafka: kafka.start(timeout=timeout), attempts, ports)
+
+    def _java_options(self) -> list[str]:
+        return jvm_options() if self.java_options is None else self.java_options
 
     @property
     def bootstrap(self) -> str:
@@ -292,7 +299,7 @@ class EmbeddedKafka:
         if self.log_path.exists() and self.log_path.stat().st_size > _ROTATE_BYTES:
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
         cmd = [
-            java, f"-Xmx{self.heap}", *jvm_options(), "-Djava.awt.headless=true",
+            java, f"-Xmx{self.heap}", *self._java_options(), "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.log4j_path}",
             # Log4j's own shutdown hook would race Kafka's and drop the shutdown log.
             "-Dlog4j2.shutdownHookEnabled=false",
@@ -452,7 +459,7 @@ class EmbeddedKafka:
         else:
             cluster_id = _new_cluster_id()
             self.cluster_id_path.write_text(cluster_id + "\n")
-        cmd = [java, f"-Xmx{self.heap}", *jvm_options(), f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
+        cmd = [java, f"-Xmx{self.heap}", *self._java_options(), f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
         if self.security is None:
             res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)

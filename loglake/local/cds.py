@@ -143,30 +143,26 @@ def make_kafka(force: bool = False) -> tuple[Path, float | None]:
         return target, None
     t0 = time.monotonic()
     dump = target.with_suffix(f".{os.getpid()}.tmp")
-    options = os.environ.get("KAFKA_OPTS", "")
-    os.environ["KAFKA_OPTS"] = f"-XX:ArchiveClassesAtExit={dump} {CDS_QUIET}"
-    try:
-        with tempfile.TemporaryDirectory(prefix="loglake-cds-kafka-") as tmp:
-            broker = EmbeddedKafka.on_free_ports(Path(tmp))
-            try:
-                admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
-                admin.create_topics([NewTopic("cds", 1, 1)])["cds"].result(30)
-                del admin
-                producer = Producer({"bootstrap.servers": broker.bootstrap})
-                for i in range(100):
-                    producer.produce("cds", str(i).encode(), partition=0)
-                producer.flush(30)
-                del producer  # gone before the broker: no client left to log its going
-                consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cds"})
-                consumer.assign([TopicPartition("cds", 0, 0)])
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not consumer.consume(100, 0.5):
-                    pass
-                consumer.close()
-            finally:
-                broker.stop()
-    finally:
-        os.environ["KAFKA_OPTS"] = options
+    with tempfile.TemporaryDirectory(prefix="loglake-cds-kafka-") as tmp:
+        broker = EmbeddedKafka.on_free_ports(Path(tmp), java_options=[f"-XX:ArchiveClassesAtExit={dump}",
+                                                                      *CDS_QUIET.split()])
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
+            admin.create_topics([NewTopic("cds", 1, 1)])["cds"].result(30)
+            del admin
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            for i in range(100):
+                producer.produce("cds", str(i).encode(), partition=0)
+            producer.flush(30)
+            del producer  # gone before the broker: no client left to log its going
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cds"})
+            consumer.assign([TopicPartition("cds", 0, 0)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not consumer.consume(100, 0.5):
+                pass
+            consumer.close()
+        finally:
+            broker.stop()
     if not dump.exists():
         raise RuntimeError("the broker wrote no archive at its exit")
     dump.replace(target)
