@@ -2,11 +2,12 @@
 
 Delta records a SetTransaction (appId, version) in the commit; a write whose version is
 not newer than the table's recorded one for that appId is skipped. Tying the version to
-the micro-batch id makes a replayed batch (after a crash) a no-op. Delta 4.0 answers that
-check by reconstructing the table's state (a Spark job) at every such commit: ~280 ms of a
-60-row append's 450 ms here. So a stream asks for it only where a replay can happen (its
-query's first micro-batch); its other commits name (appId, version) in their
-``userMetadata`` (``loglake.ledger.snapshots.stream_commits`` reads them back).
+the micro-batch id makes a replayed batch (after a crash) a no-op. Delta answers that check
+by reconstructing the table's state (a Spark job) at every such commit, a large part of a
+small append's cost (bench/results), so a stream asks for it only where a replay can happen
+(its query's first micro-batch, and every commit on an object store); its other commits name
+(appId, version) in their ``userMetadata`` (``loglake.ledger.snapshots.stream_commits`` reads
+them back).
 """
 
 from __future__ import annotations
@@ -234,9 +235,8 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
                  checked: bool = True) -> bool:
     """``append_idempotent`` for a few rows the driver holds (a pyarrow Table of the table's
     columns): the same commit — its ``userMetadata``, its SetTransaction (app_id, version) —
-    made by delta-rs, with no Spark job. A small append to a table costs delta-rs tens of
-    milliseconds against Spark's hundreds (a speed micro-batch's quarantine append: CHANGELOG,
-    issue 26). False when there is no table at ``path`` yet: the caller appends with Spark,
+    made by delta-rs, with no Spark job (for a few rows, a fraction of a Spark commit's cost:
+    bench/results). False when there is no table at ``path`` yet: the caller appends with Spark,
     which creates it.
 
     ``checked``: skipped when (app_id, version) already landed, as Spark's check does: the

@@ -32,7 +32,7 @@ import socket
 from dataclasses import dataclass
 
 from loglake.core.config import Config, Dataset
-from loglake.core.contracts import FIELD_TYPES, SCHEMAS
+from loglake.core.contracts import SCHEMAS
 from loglake.core.errors import SchemaChangeError
 from loglake.ledger.tables import open_table, query
 
@@ -231,11 +231,6 @@ def new_version_row(config: Config, ds: Dataset) -> dict | None:
         who = socket.gethostname()
     return {"dataset": ds.name, "version": (versions[-1]["version"] + 1) if versions else 1, "fingerprint": fp,
             "fields": json.dumps(spec, sort_keys=True), "change": change, "recorded_by": who}
-
-
-def added_columns(ds: Dataset, columns: dict[str, str]) -> dict[str, str]:
-    """Fields of the conf a table with ``columns`` lacks: ``{name: Spark SQL type}``."""
-    return {n: FIELD_TYPES.get(f.type, f.type) for n, f in ds.fields.items() if n not in columns}
 
 
 # Every key of a dataset's schema status, for any format (None where it does not apply): the
