@@ -164,6 +164,7 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
     """Start Kafka (if embedded), create missing topics, start the speed streams, the shared
     Spark application and Airflow."""
 
+    _here(config, "up")
     t0 = time.monotonic()
     if config.profile.local_cluster is not None:
 
@@ -236,6 +237,7 @@ def up(config: Config, airflow_port: int | None = None, timeout: float = 180.0) 
 def down(config: Config) -> int:
     """Stop Airflow (first, so no job starts), the speed streams, then the embedded broker."""
 
+    _here(config, "down")
     stopped = _airflow(config).stop()
     print(f"airflow: stopped {', '.join(stopped)}" if stopped else "airflow: not running")
     print(f"spark-jobs: {'stopped' if shared_app.stop(config) else 'not running'}")
@@ -319,6 +321,15 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
     rows.append(ProcessState("airflow UI", None, st["healthy"], label=f"{st['url']} "
                              f"({'healthy' if st['healthy'] else 'not answering or unhealthy'})"))
     return rows, cluster_lines, kafka_up
+
+
+def _here(config: Config, action: str) -> None:
+    """``up`` and ``down`` act on this host's processes: refused where the profile's run elsewhere."""
+    if config.profile.deployment.services_command:
+        raise ConfigError(f"this profile's processes run in a deployment (deployment.services_command: "
+                          f"{' '.join(config.profile.deployment.services_command)}): `loglake {action}` starts and "
+                          "stops this host's own; use the deployment's (for the compose stack: python docker/stack.py "
+                          f"{action})", key="deployment.services_command")
 
 
 def deployment_services(config: Config) -> list[ProcessState]:

@@ -45,3 +45,14 @@ def test_a_command_that_fails_or_says_no_list_is_an_error_naming_it(tmp_path, mo
     with pytest.raises(ConfigError) as e:
         load_config(conf, home=tmp_path)
     assert e.value.key == "deployment.services_command" and "LOGLAKE_SERVICES_COMMAND" in str(e.value)
+
+
+def test_up_and_down_act_on_this_host_only_and_are_refused_for_a_deployment(tmp_path, monkeypatch):
+    from loglake.local.stack import down, up
+
+    conf = write_conf(tmp_path, "localhost:9")
+    monkeypatch.setenv("LOGLAKE_SERVICES_COMMAND", _command("print('[]')"))
+    config = load_config(conf, home=tmp_path)
+    for action in (up, down):
+        with pytest.raises(ConfigError, match=rf"use the deployment's .*docker/stack.py {action.__name__}"):
+            action(config)
