@@ -98,10 +98,10 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
     """
 
     parts = dataset_state(config, ds)
-    if any(s.speed_position is None for s in parts):
+    if any(s.speed_position is None and s.end > s.earliest for s in parts):
         # The group's record follows the micro-batches asynchronously (and a run may end before it is
-        # made): where it has none, the position the stream's tables record (reading them costs a scan,
-        # so only then).
+        # made): where it has none for a partition holding records, the position the stream's tables
+        # record (reading them costs a scan, so only then).
         landed = speed_positions(config, ds, {s.partition: s.speed_position for s in parts})
         parts = [replace(s, speed_position=landed.get(s.partition)) for s in parts]
     marks = batch_watermarks(config, ds, {s.partition: s.earliest for s in parts})
