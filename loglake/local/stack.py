@@ -334,7 +334,8 @@ def _here(config: Config, action: str) -> None:
 
 def deployment_services(config: Config) -> list[ProcessState]:
     """The deployment's services as its own command reports them (``deployment.services_command``:
-    a JSON list of ``{"name", "running", "detail"}``, and ``state`` to say instead of running), each a ``ProcessState`` without a pid."""
+    a JSON list of ``{"name", "running", "detail"}``, and ``state`` to say instead of running),
+    each a ``ProcessState`` without a pid."""
     command = config.profile.deployment.services_command
     where = f"deployment.services_command ({' '.join(command)})"
     try:
