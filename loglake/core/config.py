@@ -541,7 +541,8 @@ class KafkaSettings(_Strict):
 
 
 class ObjectStoreSettings(_Strict):
-    """The S3-compatible object store of an ``s3a://`` lake (docs/configuration.md, ``lake.object_store``; docs/deployment/docker.md).
+    """The S3-compatible object store of an ``s3a://`` lake (docs/configuration.md,
+    ``lake.object_store``; docs/deployment/docker.md).
 
     Every writer commits to it with conditional writes (``If-None-Match: *``): Spark through
     loglake's Delta log store, delta-rs by default, the dataset leases through loglake's own

@@ -459,8 +459,8 @@ class EmbeddedKafka:
         else:
             cluster_id = _new_cluster_id()
             self.cluster_id_path.write_text(cluster_id + "\n")
-        cmd = [java, f"-Xmx{self.heap}", *self._java_options(), f"-Dlog4j2.configurationFile={self.log4j_path}", "-cp", classpath,
-               "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
+        cmd = [java, f"-Xmx{self.heap}", *self._java_options(), f"-Dlog4j2.configurationFile={self.log4j_path}",
+               "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props_path)]
         if self.security is None:
             res = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         else:

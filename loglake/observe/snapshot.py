@@ -68,5 +68,7 @@ def platform(config: Config, processes, kafka_up: bool) -> dict:
     from loglake.observe import exporter
 
     found, errors = datasets(config, kafka_up)
-    return {"at": datetime.now(timezone.utc).isoformat(), "metrics": exporter.url(config) if exporter.serves(config)
-            and not config.profile.deployment.services_command else None, "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}
+    # A deployment's exporter is one of its services: its address here would be this host's.
+    local = exporter.serves(config) and not config.profile.deployment.services_command
+    return {"at": datetime.now(timezone.utc).isoformat(), "metrics": exporter.url(config) if local else None,
+            "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}
