@@ -26,8 +26,8 @@ def build_tables(lab: Lab, config, ds) -> dict:
     from loglake.core.offsets import OffsetRange
     from loglake.kafka.admin import log_bounds
     from loglake.ledger.planning import Plan
-    from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.streaming import run_speed
+    from loglake.quality.pipeline import recompute_and_publish
+    from loglake.speed.stream import run_speed
 
     spark = lab.spark(config)
     try:

@@ -4,7 +4,7 @@
         [--max-offsets 200000] [--max-bytes 64m|none] [--out FILE.jsonl]
 
 ``--records`` events of about ``--record-bytes`` each (``bench_events``, 6 partitions, one in
-1,000 malformed) wait in the topic; the real speed layer (``spark_jobs.streaming.run_speed``,
+1,000 malformed) wait in the topic; the real speed layer (``loglake.speed.stream.run_speed``,
 available-now, in-process, on a broker and state directory of its own) drains them with the
 caps ``speed.max_offsets_per_trigger`` and ``speed.max_bytes_per_trigger`` given, after a
 warm-up run of 20,000 on the same checkpoint. It prints the drain's wall time and records/s,
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     max_bytes = None if args.max_bytes == "none" else args.max_bytes
     with scratch("loglake-backlog-") as h:
         from loglake.kafka.admin import ensure_topic
-        from spark_jobs.streaming import run_speed
+        from loglake.speed.stream import run_speed
 
         config = h.config("backlog", extra_datasets={workload.DATASET: workload.dataset_file(6)},
                           speed={"max_offsets_per_trigger": args.max_offsets, "max_bytes_per_trigger": max_bytes})

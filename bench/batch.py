@@ -9,13 +9,13 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    (``RECORD_BYTES`` = 100 B asked; the typed fields alone make a ~170 B JSON value, no
    padding): 5M × 1 KB would be 5 GB of log and far more minutes than the bench has.
 2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.ledger.planning.Plan``).
-   Recompute = the real batch layer, ``spark_jobs.recompute.run_batch``: read exactly those
+   Recompute = the real batch layer, ``loglake.batch.recompute.run_batch``: read exactly those
    offsets, parse/validate/transform, replace them in ``batch.bench_events`` and in the
    batch part of ``quarantine.bench_events`` (``replaceWhere``), append the ledger. Running
    the same range again replaces it again (the batch layer is repeatable), so every run is
    a real re-run on the same tables.
 3. Reference: Spark's bare read-and-count of the same range in the same session —
-   ``spark_jobs.kafka_source.read_ranges`` (the batch layer's own Kafka options: assign, exact
+   ``loglake.records.kafka_source.read_ranges`` (the batch layer's own Kafka options: assign, exact
    starting/ending offsets) then ``.count()``.
 4. One warm-up of each on the first ``WARMUP_RECORDS`` (not counted: JVM start, code
    generation, JIT, the tables' first commit; a full-range warm-up would cost another full
@@ -212,8 +212,8 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     from loglake.ledger.planning import Plan
     from loglake.ledger.ranges import ledger_rows
     from loglake.ledger.tables import snapshot
-    from spark_jobs.recompute import run_batch
-    from spark_jobs.kafka_source import read_ranges
+    from loglake.batch.recompute import run_batch
+    from loglake.records.kafka_source import read_ranges
 
     started = time.monotonic()
     count = int(os.environ.get("LOGLAKE_BENCH_P4_RECORDS") or (QUICK_RECORDS if h.quick else RECORDS))
@@ -352,11 +352,11 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         "plan": plan.to_json(),
         "bare_read_count": {"records_per_s": bare_rps, "seconds_median": median([r["seconds"] for r in bare_runs]),
                             "warmup_seconds": round(warm_bare_s, 1),
-                            "what": "spark_jobs.kafka_source.read_ranges(same ranges).count(), same session"},
+                            "what": "loglake.records.kafka_source.read_ranges(same ranges).count(), same session"},
         "recompute": {"records_per_s": batch_rps, "seconds_median": median([r["seconds"] for r in batch_runs]),
                       "warmup_seconds": round(warm_s, 1), "records": last["records"],
                       "quarantined": last["quarantined"],
-                      "what": "spark_jobs.recompute.run_batch(whole range): replaceWhere batch + quarantine, ledger"},
+                      "what": "loglake.batch.recompute.run_batch(whole range): replaceWhere batch + quarantine, ledger"},
         # The same ratio per JVM CPU second (less sensitive to other processes on the cores).
         "ratio_by_jvm_cpu": round(median([r["jvm_cpu_s"] for r in bare_runs])
                                   / max(1e-9, median([r["jvm_cpu_s"] for r in batch_runs])), 3),

@@ -40,7 +40,7 @@ def _config(h: Harness, name: str, bootstrap: str, **kwargs):
 def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, **kwargs) -> list[dict]:
     """``loglake speed run --available-now`` over one filled topic, from fresh state each run."""
     from loglake.kafka.admin import ensure_topic
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     config = _config(h, f"{name}-produce", bootstrap, **kwargs)
     ds = config.dataset(workload.DATASET)
@@ -72,7 +72,7 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
     """Seconds from each leader kill until the stream passed the log end at the kill."""
     from loglake.core.processes import wait_for
     from loglake.kafka.admin import end_offsets, ensure_topic
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
     from loglake.testing import caught_up
 
     ds = config.dataset(workload.DATASET)

@@ -6,11 +6,11 @@ OPTIMIZE. Goal >= 5x faster after."
 1. Small job_views events go to a topic of the module's own, ``EVENTS_PER_BATCH`` per
    micro-batch (6 partitions, so about 6 small files per micro-batch).
 2. The first ``PROBE_BATCHES`` micro-batches are written by the real speed layer
-   (``spark_jobs.streaming.run_speed``, available-now, ``max_offsets_per_trigger =
+   (``loglake.speed.stream.run_speed``, available-now, ``max_offsets_per_trigger =
    EVENTS_PER_BATCH``); its time per micro-batch is measured (a fixed-cost figure of the
    speed layer). If the rest at that pace fits the time budget, the real stream writes the
    rest too; otherwise the rest is written by the speed layer's own per-batch function,
-   ``spark_jobs.streaming.process_batch`` (same writes: speed and quarantine appends tied to
+   ``loglake.speed.writer.process_batch`` (same writes: speed and quarantine appends tied to
    the stream's txn app id and the following batch ids), on successive exact offset
    slices read with Spark's Kafka source in batch mode. ``detail.mode`` says which.
    The write phase stops at its deadline (``LOGLAKE_BENCH_P6_WRITE_BUDGET`` seconds after
@@ -18,7 +18,7 @@ OPTIMIZE. Goal >= 5x faster after."
    than asked and ``detail.complete`` is false.
 3. ``QUERY`` (filter on a user_id range, group by) is timed on ``speed.job_views``: one
    warm-up, then the median of ``h.repeats`` runs; the maintenance job's OPTIMIZE
-   (``spark_jobs.maintenance.optimize`` with the dataset's ``zorder_by``) runs; the query
+   (``loglake.maintenance.job.optimize`` with the dataset's ``zorder_by``) runs; the query
    is timed again and its rows compared with those before.
 
 Value: the speed-up (median before / median after), goal >= 5.
@@ -78,9 +78,10 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     from loglake.kafka.admin import end_offsets
     from loglake.ledger.tables import TableRef, snapshot
     from loglake.local.produce import produce
-    from spark_jobs.kafka_source import source_options
-    from spark_jobs.maintenance import optimize
-    from spark_jobs.streaming import process_batch, run_speed
+    from loglake.records.kafka_source import source_options
+    from loglake.maintenance.job import optimize
+    from loglake.speed.stream import run_speed
+    from loglake.speed.writer import process_batch
 
     started = time.monotonic()
     budget = _write_budget()
@@ -149,7 +150,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                 h.log(f"P6: {i + 1}/{rest} process_batch micro-batches, "
                       f"median {statistics.median(fallback_runs):.3f}s each")
         mode = (f"real speed layer (run_speed) for the first {real_batches} micro-batches, then "
-                f"spark_jobs.streaming.process_batch on exact offset slices (Kafka batch reads) for "
+                f"loglake.speed.writer.process_batch on exact offset slices (Kafka batch reads) for "
                 f"{len(fallback_runs)}: the real stream at {real_pace:.2f}s per micro-batch would not fit "
                 f"the {budget:.0f}s write budget")
     rest_wall = time.monotonic() - t0

@@ -19,7 +19,7 @@ from bench.harness import Harness
 from bench.stack import Platform, Sampler
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks
-from loglake.speed.streams import SpeedStream
+from loglake.speed.control import SpeedStream
 from loglake.local.demo import _client, _spark_overhead, dag_run, typed_run, wait_caught_up
 from loglake.local.produce import produce
 from loglake.ops.status import dataset_status

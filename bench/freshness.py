@@ -9,7 +9,7 @@ a bare Kafka produce→consume p99 beside it as the floor."
    records through the real speed layer, available-now, ``CAPACITY_BATCH`` records per
    micro-batch, after a small warm-up run on the same checkpoint (query start, code
    generation). ``detail.capacity_source`` says which.
-2. Freshness: the real speed stream (``spark_jobs.streaming.start_stream``, in-process in the
+2. Freshness: the real speed stream (``loglake.speed.stream.start_stream``, in-process in the
    harness's shared Spark session: the same code ``loglake speed start`` runs under
    spark-submit, without a second JVM on 2 cores) with ``TRIGGER`` / ``MAX_OFFSETS``, fed by
    ``loglake.testing.workload.produce`` in a *separate process* (as a user's producer is; it does not
@@ -234,7 +234,7 @@ def _epoch(iso: str) -> float:
 def measure_capacity(h: Harness) -> dict:
     """Steady-state records/s of the real speed layer on 1 KB records (available-now)."""
     from loglake.kafka.admin import ensure_topic
-    from spark_jobs.streaming import run_speed
+    from loglake.speed.stream import run_speed
 
     n = CAPACITY_RECORDS // 4 if h.quick else CAPACITY_RECORDS
     batch = CAPACITY_BATCH // 4 if h.quick else CAPACITY_BATCH
@@ -282,7 +282,7 @@ def measure_freshness(h: Harness, rate: float, trigger: str, max_offsets: int, w
     import pyarrow.parquet as pq
 
     from loglake.kafka.admin import ensure_topic
-    from spark_jobs.streaming import start_stream
+    from loglake.speed.stream import start_stream
 
     config = h.config(name, extra_datasets={workload.DATASET: workload.dataset_file(PARTITIONS)},
                       speed={"trigger_interval": trigger, "max_offsets_per_trigger": max_offsets})
@@ -498,7 +498,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                detail={"p50_s": med["p50"], "p99_s": med["p99"], "max_s": med["max"],
                        "rate_records_per_second": round(rate), "capacity_records_per_second": round(capacity),
                        "capacity_source": source, "capacity_run": cap_detail, "record_bytes": RECORD_BYTES,
-                       "partitions": PARTITIONS, "mode": "in-process: spark_jobs.streaming.start_stream in the harness's "
+                       "partitions": PARTITIONS, "mode": "in-process: loglake.speed.stream.start_stream in the harness's "
                        "Spark session; producer (loglake.testing.workload.produce) in a process of its own",
                        "visibility": "a row is visible when the Delta commit that added it exists in the speed "
                        "table's _delta_log (polled every poll_interval_s; the error bound). No batch run: every "

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.microbatch [--records 60] [--batches 40] [--bad-fraction 0.01]
 
-The real speed layer (``spark_jobs.streaming.run_speed``, available-now, in-process) runs over
+The real speed layer (``loglake.speed.stream.run_speed``, available-now, in-process) runs over
 ``--batches`` micro-batches of ``--records`` job_views events (6 partitions) on a broker and
 state directory of its own. It prints each micro-batch's trigger time, the median time of
 the steps of ``process_batch`` (validation, the observation, the Delta append), and the
@@ -22,9 +22,9 @@ import time
 
 from bench.harness import scratch
 
-STEPS = {"spark_jobs.streaming": ["process_batch", "wait_while_paused"],
-         "spark_jobs.delta_io": ["append_idempotent", "append_arrow", "committed_version"],
-         "spark_jobs.parse": ["validate", "counted", "apply_transform", "quarantined", "bad_records"]}
+STEPS = {"loglake.speed.stream": ["process_batch"], "loglake.speed.writer": ["wait_while_paused"],
+         "loglake.lake.delta_io": ["append_idempotent", "append_arrow", "committed_version"],
+         "loglake.records.parse": ["validate", "counted", "apply_transform", "quarantined", "bad_records"]}
 
 
 def _timed_steps() -> dict[str, list[float]]:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     with scratch("loglake-microbatch-") as h:
         from loglake.local.produce import produce
-        from spark_jobs import streaming
+        from loglake.speed import stream as streaming
 
         config = h.config("microbatch", speed={"max_offsets_per_trigger": args.records})
         ds = config.dataset("job_views")

@@ -3,7 +3,7 @@
 All on the benchmark dataset (``loglake.testing.workload``: job_views' typed fields padded to a
 record size, 1 in 1,000 records malformed), all on the same topic per configuration:
 
-- the speed layer: ``spark_jobs.streaming.run_speed`` (available-now, the run's shared
+- the speed layer: ``loglake.speed.stream.run_speed`` (available-now, the run's shared
   in-process Spark session, a fresh checkpoint and fresh tables each run). Steady state =
   the micro-batches after the first (the first pays query start and code generation);
   records/s = their records ÷ their trigger time. The session's start and the first
@@ -81,7 +81,7 @@ class Topic:
 
     def speed_run(self, i: int) -> dict:
         """One run of the speed layer over the whole topic, from a fresh checkpoint and tables."""
-        from spark_jobs.streaming import run_speed
+        from loglake.speed.stream import run_speed
 
         config = self.config(f"run{i}")
         ds = config.dataset(workload.DATASET)
@@ -121,10 +121,10 @@ class Topic:
 
 def hand_job(spark, bootstrap: str, topic: str, ds, table: str, checkpoint: str, per_batch: int) -> dict:
     """P10's reference, as a user would write it: Kafka → ``from_json`` → Delta append, until the
-    topic's end (available-now); its micro-batches (``spark_jobs.streaming.query_batches``)."""
+    topic's end (available-now); its micro-batches (``loglake.speed.stream.query_batches``)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.streaming import query_batches
+    from loglake.speed.stream import query_batches
 
     schema = ", ".join(f"{name} {FIELD_TYPES[spec.type]}" for name, spec in ds.fields.items())
     query = (spark.readStream.format("kafka")

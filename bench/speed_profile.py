@@ -5,7 +5,7 @@
 
 One topic of the benchmark dataset (``--records`` × 1 KB, 6 partitions, as P1/P2/P10 read),
 on a broker and state directory of its own. After one warm-up run of each, the real speed
-layer (``spark_jobs.streaming.run_speed``, available-now) and P10's reference
+layer (``loglake.speed.stream.run_speed``, available-now) and P10's reference
 (``bench.speed.hand_job``) each read the whole topic twice more, in micro-batches of a third of
 it: once plain (its steady records/s and the JVM's CPU-seconds per million records), once
 under JFR (execution samples of the driver JVM, ``bench.batch.profiled``; sampling slows the

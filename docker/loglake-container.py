@@ -171,7 +171,7 @@ def speed(dataset: str) -> int:
     from loglake.jobs.launch import job_env, spark_submit
     from loglake.jobs.supervisor import supervise
     from loglake.ledger.schemas import check_all
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     config = load_config()
     check_all(config)

@@ -13,6 +13,6 @@ logging.getLogger("loglake").addHandler(logging.NullHandler())
 def connect(conf_dir=None, profile=None, *, home=None, spark=None):
     """Connect to loglake's tables from Python (``loglake.api.Lake``): ``lake.sql(...)``,
     ``lake.table(...)``, ``lake.arrow(...)``. See docs/python-api.md."""
-    from loglake.api import connect as _connect  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from loglake.api import connect as _connect
 
     return _connect(conf_dir, profile, home=home, spark=spark)

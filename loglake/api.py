@@ -35,9 +35,7 @@ class Lake:
     def spark(self):
         """The Spark session (started on first use, its JVM output to ``<state>/logs/api.log``)."""
         if self._spark is None:
-            from loglake.jobs.session import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-                get_spark
-            )
+            from loglake.jobs.session import get_spark
 
             self._spark = get_spark(self.config, "loglake-api", {"spark.ui.showConsoleProgress": "false"},
                                     log_file=Path(self.config.home) / "logs" / "api.log")
@@ -46,7 +44,7 @@ class Lake:
     def sql(self, statement: str, as_of: str | None = None):
         """A read-only Spark SQL statement over the serving views and raw tables; a DataFrame.
         ``as_of``: a timestamp (everything, consistent) or a Delta version (raw tables)."""
-        from loglake.serving.spark import query  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+        from loglake.serving.spark import query
 
         return query(self.spark, self.config, statement, as_of)
 

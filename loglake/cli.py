@@ -29,8 +29,8 @@ from loglake.ledger.losses import accept_loss, find_losses
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.ledger.schemas import check_all
 from loglake.ledger.tables import table_summary
-from loglake.lifecycle.rebuilds import run_rebuild
-from loglake.lifecycle.replays import run_replay
+from loglake.lifecycle.rebuild import run_rebuild
+from loglake.lifecycle.replay import run_replay
 from loglake.local import stack
 from loglake.local.cluster import LocalCluster
 from loglake.local.demo import run_demo
@@ -44,7 +44,7 @@ from loglake.ops.status import dataset_status, format_status
 from loglake.serving.arrow import Unsupported
 from loglake.serving.arrow import sql as arrow_sql
 from loglake.serving.arrow import writes_for_sure
-from loglake.speed.streams import SpeedStream, streams
+from loglake.speed.control import SpeedStream, streams
 
 # --- kafka ----------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ def cmd_produce(config: Config, args) -> int:
                           "is its conf's", key="--schema")
     encoder = None
     if ds.in_registry:
-        from loglake.schemaregistry.produce import encoder as registry_encoder
+        from loglake.schemaregistry.serializers import encoder as registry_encoder
 
         encoder = registry_encoder(config, ds, schema_file=args.schema)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
@@ -310,13 +310,11 @@ def spark_rows(config: Config, sql: str, as_of: str | None = None, limit: int = 
     """A statement's rows by Spark (``loglake.serving.spark.query``) as a pandas DataFrame; a
     session of its own (JVM output to ``cli.log``), stopped after, unless ``spark`` is given."""
 
-    from py4j.protocol import Py4JError  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from pyspark.errors import AnalysisException, PySparkException  # deferred: likewise
+    from py4j.protocol import Py4JError
+    from pyspark.errors import AnalysisException, PySparkException
 
-    from loglake.jobs.session import get_spark  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from loglake.serving.spark import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-        query, register_tables
-    )
+    from loglake.jobs.session import get_spark
+    from loglake.serving.spark import query, register_tables
 
     own = spark is None
     # PySpark logs every failed analysis as a JSON blob; the error below says it plainly.
@@ -419,7 +417,7 @@ def cmd_accept_loss(config: Config, args) -> int:
 
 
 def cmd_rebuild(config: Config, args) -> int:
-    """Make a damaged or deleted table again from the log (``loglake.lifecycle.rebuilds.run_rebuild``)."""
+    """Make a damaged or deleted table again from the log (``loglake.lifecycle.rebuild.run_rebuild``)."""
 
     ds = config.dataset(args.dataset)
     run_rebuild(config, ds, [args.layer] if args.layer else None, _run_id("rebuild"), say=print)
@@ -428,7 +426,7 @@ def cmd_rebuild(config: Config, args) -> int:
 
 
 def cmd_replay(config: Config, args) -> int:
-    """Move the quarantined records the current config accepts into their layer (``loglake.lifecycle.replays``)."""
+    """Move the quarantined records the current config accepts into their layer (``loglake.lifecycle.replay``)."""
 
     ds = config.dataset(args.dataset)
     run_replay(config, ds, _run_id("replay"), args.reason_code, args.dry_run, say=print)

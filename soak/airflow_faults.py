@@ -65,7 +65,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
       stops those too. (2) A task reset after its Spark job had committed but before it
       reported success recorded its ranges in the ledger a second time when the next try
       committed; the ledger now records a range written or published once per run
-      (``spark_jobs.system_tables.append_ledger``).
+      (``loglake.lake.system_tables.append_ledger``).
 
     Recovery seconds, per kill: from the SIGKILL until the restarted scheduler's own heartbeat
     is healthy (``/api/v2/monitor/health`` reports a scheduler heartbeat later than the kill)

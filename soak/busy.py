@@ -229,7 +229,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
     from loglake.local.produce import produce
     from loglake.ops.audit import audit_dataset
     from loglake.serving.spark import query
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     started = time.monotonic()
     spark = lab.spark()

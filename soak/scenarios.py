@@ -62,7 +62,7 @@ def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fracti
     from loglake.core.processes import descendants, wait_for
     from loglake.kafka.admin import group_offsets
     from loglake.local.produce import produce
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     started = time.monotonic()
     config = lab.config(speed={"trigger_interval": "1 second"})
@@ -118,7 +118,7 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
     from loglake.core.processes import wait_for
     from loglake.kafka.admin import ensure_topic
     from loglake.local.produce import produce
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     started = time.monotonic()
     kafka = lab.own_broker()
@@ -210,7 +210,7 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
     from loglake.ledger.ranges import ledger_rows
     from loglake.local.produce import produce
     from loglake.ops.coverage import check_exactly_once
-    from spark_jobs.pipeline import recompute_and_publish
+    from loglake.quality.pipeline import recompute_and_publish
 
     started = time.monotonic()
     spark = lab.spark()
@@ -302,9 +302,9 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     from loglake.local.produce import produce
     from loglake.ops.audit import audit_dataset, format_audit
     from loglake.ops.status import dataset_status, format_status
-    from loglake.speed.streams import SpeedStream
-    from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.streaming import run_speed
+    from loglake.speed.control import SpeedStream
+    from loglake.quality.pipeline import recompute_and_publish
+    from loglake.speed.stream import run_speed
 
     started = time.monotonic()
     spark = lab.spark()
@@ -462,8 +462,8 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
     from loglake.ledger.planning import plan_batch
     from loglake.ledger.tables import open_table, query
     from loglake.local.produce import generate
-    from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.streaming import run_speed
+    from loglake.quality.pipeline import recompute_and_publish
+    from loglake.speed.stream import run_speed
 
     started = time.monotonic()
     spark = lab.spark()

@@ -1,30 +1,11 @@
-"""The batch job: recompute a plan's exact offset ranges (``spark_jobs.recompute``).
+"""The batch job: recompute a plan's exact offset ranges.
 
-Run under spark-submit (``loglake batch|backfill`` and the Airflow DAGs build the command)
-or by the shared Spark application. Its ranges are *written*; the quality job publishes them.
+spark-submit runs this file; the work is ``loglake.batch.job``.
 """
-
-from __future__ import annotations
 
 import sys
 
-from pyspark.sql import SparkSession
-
-from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
-from loglake.jobs.summaries import BatchSummary
-from spark_jobs import entry
-from spark_jobs.recompute import run_batch
-
-
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> BatchSummary:
-    """Recompute the request's plan."""
-    return run_batch(spark, config, ds, request.plan, request.run_id)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return entry.run("batch", argv, run_job)
-
+from loglake.batch.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,30 +1,11 @@
-"""The quality job: validate and publish what the batch job of a run wrote (``spark_jobs.gate``).
+"""The quality job: validate a written range and publish it.
 
-Run under spark-submit after ``spark_jobs/batch.py`` (the DAGs' ``quality`` task,
-``loglake batch|backfill``) or by the shared Spark application. Publishing moves the watermark.
+spark-submit runs this file; the work is ``loglake.quality.job``.
 """
-
-from __future__ import annotations
 
 import sys
 
-from pyspark.sql import SparkSession
-
-from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
-from loglake.jobs.summaries import QualitySummary
-from spark_jobs import entry
-from spark_jobs.gate import run_quality
-
-
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> QualitySummary:
-    """Validate and publish what the batch job of ``request.run_id`` wrote."""
-    return run_quality(spark, config, ds, request.plan, request.run_id)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return entry.run("quality", argv, run_job)
-
+from loglake.quality.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -128,12 +128,12 @@ def spark(services):
 
 @pytest.fixture(scope="session")
 def s3_gateway(tmp_path_factory):
-    """The suite's S3-compatible store, a ``loglake.local.objectstore.Gateway``: versitygw (built by
+    """The suite's S3-compatible store, a ``loglake.local.versitygw.Gateway``: versitygw (built by
     ``make setup``) on a free loopback port, started when a test first asks for it, stopped at the
     end of the session. ``endpoint``, ``access_key``, ``secret_key``, ``client()``,
     ``create_bucket(name)``; a lake's ``lake.object_store`` block is
     ``settings(write_credentials_file(path))``. Each test makes its own bucket."""
-    from loglake.local.objectstore import Gateway  # here: boto3 only for the tests that use the store
+    from loglake.local.versitygw import Gateway  # here: boto3 only for the tests that use the store
 
     with Gateway.on_free_port(tmp_path_factory.mktemp("s3")) as gateway:
         yield gateway

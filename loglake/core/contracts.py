@@ -47,7 +47,7 @@ class Contract:
 
     def arrow_schema(self):
         """The same columns as a pyarrow schema (timestamps in microseconds, UTC)."""
-        import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+        import pyarrow as pa
 
         def arrow(t: str):
             return pa.timestamp("us", tz="UTC") if t == "timestamp" else getattr(pa, _ARROW[t])()

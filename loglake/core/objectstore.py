@@ -124,7 +124,7 @@ def _identity(store) -> tuple:
 
 @functools.lru_cache(maxsize=8)
 def _client(identity: tuple, within: float | None = None):
-    import boto3  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import boto3
     from botocore.config import Config as BotoConfig
 
     endpoint, region, path_style, keys = identity

@@ -108,7 +108,7 @@ def spark_conf(config: Config) -> dict[str, str]:
         # overhead for loglake's tables on a few cores.
         "spark.databricks.delta.snapshotPartitions": "2",
         # A JSON object with a repeated key: the last one wins, in from_json and in VARIANT
-        # parsing alike (spark_jobs.parse relies on both agreeing).
+        # parsing alike (loglake.records.parse relies on both agreeing).
         "spark.sql.variant.allowDuplicateKeys": "true",
         # No stage progress bars: a job's output is its log, a command's output its answer.
         "spark.ui.showConsoleProgress": "false",
@@ -144,7 +144,7 @@ _JOINED = {"spark.jars": ",", **{k: " " for k in _JAVA_OPTIONS}}
 # (jvm/s3-logstore). Delta's default for s3a (S3SingleDriverLogStore) is safe in one JVM only.
 S3_LOG_STORE = "io.loglake.storage.S3ConditionalLogStore"
 # Spark's checkpoint files on s3a:// created the same way (jvm/s3-logstore): a streaming query that
-# lost its lease cannot re-plan a micro-batch another query planned (spark_jobs.streaming).
+# lost its lease cannot re-plan a micro-batch another query planned (loglake.speed.stream).
 S3_CHECKPOINT_MANAGER = "io.loglake.storage.S3ConditionalCheckpointFileManager"
 
 

@@ -1,12 +1,13 @@
 """Every Spark job loglake runs, declared once.
 
-A job is a module under ``spark_jobs/`` that spark-submit runs as a file, or the shared
-Spark application imports and calls (``run_job``). What the rest of loglake needs to know
+A job's work is a module of its component (``module``: ``loglake.batch.job`` ...), whose
+``run_job`` the shared Spark application calls and whose ``main`` spark-submit runs through
+a few lines under ``spark_jobs/`` (``application``). What the rest of loglake needs to know
 of a job is here: its module, whether it writes a dataset's batch-side tables (it then takes
 the dataset's writer lease, ``loglake.ledger.leases``), whether the shared application runs
 it, and what its request must carry. ``loglake.jobs.protocol`` checks requests against it,
 ``loglake.jobs.launch`` and ``loglake.jobs.shared_app`` send jobs by it,
-``spark_jobs/entry.py`` and ``spark_jobs/server.py`` run them by it, and the layer test
+``loglake.jobs.entry`` and ``loglake.jobs.server`` run them by it, and the layer test
 reads it.
 """
 
@@ -26,6 +27,7 @@ from loglake.jobs.summaries import (BatchSummary, JobSummary, MaintenanceSummary
 class Job:
     """One Spark job.
 
+    ``module``: where its work is (``run_job``, and ``main`` for spark-submit);
     ``summary``: the type of what it answers with when it succeeds; ``writes``: takes the
     dataset's writer lease while it runs (the speed stream appends beside the writers under a
     stream lease of its own); ``shared``: the shared Spark application runs it (a long-lived
@@ -34,6 +36,7 @@ class Job:
     """
 
     name: str
+    module: str
     summary: type[JobSummary]
     writes: bool
     shared: bool
@@ -41,10 +44,6 @@ class Job:
     needs_run_id: bool = False
     needs_layer: bool = False
     about: str = ""
-
-    @property
-    def module(self) -> str:
-        return f"spark_jobs.{self.name}"
 
     @property
     def application(self) -> Path:
@@ -60,16 +59,17 @@ class Job:
 
 
 JOBS: dict[str, Job] = {j.name: j for j in (
-    Job("speed", SpeedSummary, writes=False, shared=False,
+    Job("speed", "loglake.speed.job", SpeedSummary, writes=False, shared=False,
         about="the speed layer's stream (or one available-now run)"),
-    Job("batch", BatchSummary, writes=True, shared=True, needs_plan=True, about="recompute exact offset ranges"),
-    Job("quality", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
+    Job("batch", "loglake.batch.job", BatchSummary, writes=True, shared=True, needs_plan=True,
+        about="recompute exact offset ranges"),
+    Job("quality", "loglake.quality.job", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
         about="validate a written range and publish it"),
-    Job("maintenance", MaintenanceSummary, writes=True, shared=True,
+    Job("maintenance", "loglake.maintenance.job", MaintenanceSummary, writes=True, shared=True,
         about="expire, optimize and vacuum a dataset's tables"),
-    Job("rebuild", RebuildSummary, writes=True, shared=True, needs_run_id=True, needs_layer=True,
-        about="rebuild a table from the log"),
-    Job("replay", ReplaySummary, writes=True, shared=True, needs_run_id=True,
+    Job("rebuild", "loglake.lifecycle.rebuild_job", RebuildSummary, writes=True, shared=True, needs_run_id=True,
+        needs_layer=True, about="rebuild a table from the log"),
+    Job("replay", "loglake.lifecycle.replay_job", ReplaySummary, writes=True, shared=True, needs_run_id=True,
         about="re-admit quarantined records the current config accepts"),
 )}
 

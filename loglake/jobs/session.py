@@ -53,7 +53,7 @@ def get_spark(config: Config, app_name: str = "loglake", extra: dict[str, str] |
     log4j's console appender, anything it prints later — instead of to this process's
     stdout and stderr (a command's output is its answer).
     """
-    from pyspark.sql import SparkSession  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # One machine: bind the driver to loopback instead of whatever the hostname resolves to

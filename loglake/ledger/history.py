@@ -4,7 +4,7 @@ Delta records what happened (WRITE, DELETE, OPTIMIZE, ...); loglake records why,
 its writers leave behind: a speed micro-batch tags its commit with the stream's transaction
 (``txn``: application id and batch id) and the schema version (``userMetadata``); a batch
 run, a quality gate's swap, maintenance and a rebuild record their job and run id (and the
-ranges) as the commit's ``userMetadata`` (``spark_jobs.delta_io.commit_metadata``); the
+ranges) as the commit's ``userMetadata`` (``loglake.lake.delta_io.commit_metadata``); the
 offsets ledger says from which version on the batch side is served (a publish or a
 compaction); ``_maintenance_log`` which operation made which versions. Read with delta-rs,
 no JVM.
@@ -96,7 +96,7 @@ def _metadata(entry: dict) -> dict:
 
 def made_by_loglake(entry: dict, txn: dict | None = None) -> bool:
     """Whether loglake made the commit of history ``entry``: its ``userMetadata`` names a loglake
-    job, stream or step (every loglake writer sets it: ``spark_jobs.delta_io.commit_metadata``,
+    job, stream or step (every loglake writer sets it: ``loglake.lake.delta_io.commit_metadata``,
     ``append_idempotent``), or its ``txn`` action is a loglake stream's (a micro-batch written
     before the metadata named it)."""
     if any(str(k).startswith("loglake_") for k in _metadata(entry)):

@@ -462,7 +462,7 @@ class StreamLease:
     micro-batch carries its (stream id, batch id) as Delta's transaction id and is checked
     (``checked``), which makes a micro-batch's commit a compare-and-swap on the table: of two
     streams committing the same micro-batch, one lands and the other is skipped or fails its
-    commit (``spark_jobs.streaming``). ``check()`` renews the lease by compare-and-swap before a
+    commit (``loglake.speed.stream``). ``check()`` renews the lease by compare-and-swap before a
     micro-batch commits, and stops a stream whose lease was taken (``StreamRunningError``): not
     the fence, but the stale stream stops instead of trying."""
 

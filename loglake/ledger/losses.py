@@ -121,8 +121,8 @@ def accept_loss(config: Config, ds: Dataset, reason: str, *, partition: int | No
 
 def _append_lost(config: Config, ds: Dataset, losses: list[Loss], reason: str, recorded_by: str,
                  run_id: str) -> None:
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import write_deltalake  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import write_deltalake
 
 
     now = datetime.now(timezone.utc)

@@ -201,7 +201,7 @@ def check(config: Config, ds: Dataset) -> None:
 def check_all(config: Config) -> None:
     """``check`` every dataset (at config load). A lake that cannot be read from here (an
     object store without credentials on this host) is not checked now: each writer checks
-    again before it writes (``spark_jobs/evolution.py``), where a failed read is an error."""
+    again before it writes (``loglake/lake/evolution.py``), where a failed read is an error."""
 
     for ds in config.datasets.values():
         try:

@@ -24,7 +24,7 @@ its valid rows to the speed table, then (when it has some) its quarantined rows 
 quarantine table, then (a changelog) its MERGE into the latest state, each a Delta commit
 tagged with the stream's transaction id and the batch id (``spark_jobs/speed.py``: in the
 commit's ``userMetadata``, ``stream_commits`` reads them; Delta's own SetTransaction record
-only where Delta checks it (a query's first micro-batch, or one whose stream is not sure of its lease), see ``spark_jobs.delta_io``). A reader
+only where Delta checks it (a query's first micro-batch, or one whose stream is not sure of its lease), see ``loglake.lake.delta_io``). A reader
 pinning between two of those commits would see a batch's rows without its quarantined
 offsets. So step 1 pins the speed table, takes the newest batch b it holds, and keeps b only
 if the stream has finished it (its checkpoint's commit log holds b: every part of b is
@@ -130,7 +130,7 @@ WALK_SKEW_MS = 600_000
 
 def stream_commits(path: str, app: str, upto: int | None = None, limit: int | None = WALK_COMMITS):
     """``(version, batch, timestamp ms)`` of the commits of stream ``app`` (the ``userMetadata`` of
-    ``spark_jobs.delta_io.append_idempotent`` and of the stream's MERGE) to the table at
+    ``loglake.lake.delta_io.append_idempotent`` and of the stream's MERGE) to the table at
     ``path``, newest first, at or below version ``upto``; yields ``(version, None, timestamp)``
     for every other commit too, so that a caller can stop on time. Reads the history from the
     newest commit down, in growing pages, at most ``limit`` commits (None: all)."""

@@ -48,7 +48,7 @@ def staging_root(config: Config, ds: Dataset, run_id: str) -> str:
 
 
 def _is_delta(path: str) -> bool:
-    from deltalake import DeltaTable  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import DeltaTable
 
     return DeltaTable.is_deltatable(*delta_location(path))
 
@@ -60,8 +60,8 @@ def existing_tables(config: Config, ds: Dataset) -> list[TableRef]:
 
 def snapshot(path: str) -> Snapshot:
     """Version, file count and bytes of the table's current snapshot, from its Delta log."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    import pyarrow.compute as pc  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     table = open_table(path)
     if table is None:
@@ -73,10 +73,8 @@ def snapshot(path: str) -> Snapshot:
 
 def open_table(path: str, version: int | None = None):
     """The Delta table at ``path`` (at ``version``, its current one by default); None if none."""
-    from deltalake import DeltaTable  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake.exceptions import (  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-        TableNotFoundError
-    )
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     try:
         uri, options = delta_location(path)
@@ -87,8 +85,8 @@ def open_table(path: str, version: int | None = None):
 
 def query(table, sql: str) -> list[dict]:
     """Run ``sql`` over ``table`` registered as ``t``; rows as dicts."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import QueryBuilder
 
     return pa.table(QueryBuilder().register("t", table).execute(sql).read_all()).to_pylist()
 

@@ -30,7 +30,7 @@ from loglake.local.produce import produce
 from loglake.maintenance.runs import format_log_rows
 from loglake.ops.audit import AuditResult
 from loglake.ops.diff import DiffResult
-from loglake.speed.streams import streams
+from loglake.speed.control import streams
 
 # Over the provenance columns every dataset has: rows, distinct offsets and their span per partition.
 DEMO_SQL = ("SELECT _partition, count(*) AS rows, count(DISTINCT _offset) AS offsets, min(_offset) AS first, "
@@ -228,8 +228,8 @@ def run_demo(config: Config, count: int, bad_fraction: float) -> int:
 
 def compare_serving_view(config: Config) -> bool:
     """A query over the serving view, and the same over a full recompute from the log
-    (``spark_jobs/compare.py``, a Spark driver of its own, over every events dataset)."""
-    r = subprocess.run([sys.executable, "-m", "spark_jobs.compare", DEMO_SQL], env=job_env(config, False),
+    (``loglake/batch/compare.py``, a Spark driver of its own, over every events dataset)."""
+    r = subprocess.run([sys.executable, "-m", "loglake.batch.compare", DEMO_SQL], env=job_env(config, False),
                        capture_output=True, text=True)
     print(r.stdout, end="")
     if r.returncode not in (0, 1):

@@ -7,10 +7,10 @@ first use, each with a progress line:
 
 - the schema registry (Apicurio Registry, built from Maven Central's jars): when ``loglake
   registry start``, or ``loglake up`` with a dataset in a registry format, first starts it
-  (``loglake.local.schema_registry``);
+  (``loglake.local.apicurio``);
 - the S3 jars (hadoop-aws, the AWS SDK bundle, loglake's Delta log store): when a command first
   runs on an ``s3a://`` lake (``jars.for_config``);
-- versitygw, the S3 server the suite and the benchmarks run (``loglake.local.objectstore``);
+- versitygw, the S3 server the suite and the benchmarks run (``loglake.local.versitygw``);
 - statsd_exporter, which takes Airflow's StatsD for Prometheus: when ``loglake up`` first starts
   it (``loglake.local.statsd_exporter``);
 - the class-data archives of the Spark drivers and of the embedded broker
@@ -35,7 +35,7 @@ from loglake.core.paths import REPO_ROOT
 STEPS = {
     "debian": ["bash", str(REPO_ROOT / "setup" / "test-deps.sh")],
     "maven": [sys.executable, "-m", "loglake.local.jars", "registry", "s3"],
-    "versitygw": [sys.executable, "-m", "loglake.local.objectstore"],
+    "versitygw": [sys.executable, "-m", "loglake.local.versitygw"],
     "statsd_exporter": [sys.executable, "-m", "loglake.local.statsd_exporter"],
     "cds": [sys.executable, "-m", "loglake.local.cds"],
 }

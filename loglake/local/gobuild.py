@@ -1,7 +1,7 @@
 """Go programs loglake runs, built from the Go module proxy into the cache, outside the repo.
 
 A ``GoBinary`` is one command of a Go module at a version (versitygw, the S3 server of the
-suite, ``loglake.local.objectstore``; statsd_exporter, which takes Airflow's StatsD,
+suite, ``loglake.local.versitygw``; statsd_exporter, which takes Airflow's StatsD,
 ``loglake.local.statsd_exporter``). ``ensure`` builds it with ``go install`` into
 ``path`` (``<cache>/bin/<name>-<version>``); Go's own trees (GOPATH, the module and build caches)
 are kept under ``<cache>/go`` too, so nothing lands in ``~/go``. The Go used is the first of

@@ -6,7 +6,7 @@ the cache, outside the repo):
 - ``kafka``: the embedded KRaft broker (``loglake.local.broker``);
 - ``spark``: what PySpark lacks for Kafka -> Delta, and loglake's Spark extension
   (``io.loglake.spark.BoundedCollect``) built from ``jvm/spark-ext`` (passed as ``spark.jars``);
-- ``registry``: the embedded schema registry (Apicurio Registry, ``loglake.local.schema_registry``),
+- ``registry``: the embedded schema registry (Apicurio Registry, ``loglake.local.apicurio``),
   a Quarkus application built from its Maven Central jars into ``quarkus-app/``;
 - ``s3``: an ``s3a://`` lake's: hadoop-aws and the AWS SDK bundle it calls, and loglake's Delta
   log store (``io.loglake.storage.S3ConditionalLogStore``) built from ``jvm/s3-logstore``

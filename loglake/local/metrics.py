@@ -3,7 +3,7 @@
 It serves on ``metrics.host``:``metrics.port`` (``$LOGLAKE_METRICS_PORT``). Every
 ``metrics.sample_interval`` seconds it reads every process (``loglake.local.stack.processes``;
 not with ``metrics.local_processes: false``, as in the compose stack's ``metrics`` service)
-and every dataset's ``loglake.observe.snapshot.dataset`` — the same dictionaries ``loglake
+and every dataset's ``loglake.ops.snapshot.dataset`` — the same dictionaries ``loglake
 status --json`` prints — keeps them for the scrapes (``loglake.observe.exporter`` turns them
 into metrics: a scrape costs no Kafka or Delta read, however many datasets), and appends each
 dataset's lag to its time series (``loglake.observe.series``: the loglake page's charts, the
@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from loglake.core.config import Config, load_config
 from loglake.local.stack import EXPORTER, processes
-from loglake.observe import series, snapshot
+from loglake.observe import series
+from loglake.ops import snapshot
 from loglake.observe.exporter import dataset_families, process_families, serve, threshold_families, unregister
 
 

@@ -20,7 +20,7 @@ from loglake.kafka.admin import ensure_topic
 
 Record = tuple[bytes | None, bytes | None]  # (key, value)
 if TYPE_CHECKING:
-    from loglake.schemaregistry.produce import Encoder
+    from loglake.schemaregistry.serializers import Encoder
 
 def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -124,7 +124,7 @@ class ProduceResult:
 def generate(ds: Dataset, count: int, bad_fraction: float = 0.0, seed: int | None = None,
              encoder: "Encoder | None" = None) -> Iterator[tuple[Record, bool]]:
     """``count`` records of ``ds``: exactly ``round(count * bad_fraction)`` malformed ones.
-    ``encoder``: values in a Schema Registry format (``loglake.schemaregistry.produce``), else JSON."""
+    ``encoder``: values in a Schema Registry format (``loglake.schemaregistry.serializers``), else JSON."""
     for key, value, ok, _obj in _records(ds, count, bad_fraction, seed, encoder):
         yield (key, value), ok
 
@@ -180,11 +180,11 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     the committed records (``aborted`` the others).
 
     ``encoder``: values in a Schema Registry format, written by confluent-kafka's serializer
-    (``loglake.schemaregistry.produce.encoder``); malformed ones are then broken in that
+    (``loglake.schemaregistry.serializers.encoder``); malformed ones are then broken in that
     format's ways (no magic byte, an unknown schema id, a payload that does not decode).
     """
     if encoder is None and ds.in_registry:  # by confluent-kafka's serializer, the subject's newest version
-        from loglake.schemaregistry.produce import encoder as registry_encoder
+        from loglake.schemaregistry.serializers import encoder as registry_encoder
 
         encoder = registry_encoder(config, ds, topic)
     if encoder is not None:

@@ -27,11 +27,12 @@ from loglake.local import statsd_exporter
 from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, password_file
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
-from loglake.local.schema_registry import EmbeddedRegistry
-from loglake.observe import exporter, snapshot
+from loglake.local.apicurio import EmbeddedRegistry
+from loglake.observe import exporter
+from loglake.ops import snapshot
 from loglake.ops.status import counted_text, format_status
 from loglake.schemaregistry import status_line
-from loglake.speed.streams import forget, orphans, streams
+from loglake.speed.control import forget, orphans, streams
 
 EXPORTER = "metrics"  # the platform's Prometheus exporter (loglake.local.metrics)
 
@@ -129,7 +130,7 @@ def stop_registry(config: Config) -> None:
 
 def start_streams(config: Config, name: str | None = None, wait: float = 0) -> None:
     """Start the speed stream of ``name`` (every dataset by default) unless it runs; print each.
-    They all run in the speed application (one Spark application, ``loglake.speed.streams``)."""
+    They all run in the speed application (one Spark application, ``loglake.speed.control``)."""
     started = streams(config, name)
     for s in started:
         pid, new = s.start()
@@ -358,7 +359,7 @@ def deployment_services(config: Config) -> list[ProcessState]:
 
 def status(config: Config, as_json: bool = False) -> int:
     """Every process, then per dataset and partition: end offset, speed position, batch watermark
-    (``as_json``: all of it as one JSON object, ``loglake.observe.snapshot``).
+    (``as_json``: all of it as one JSON object, ``loglake.ops.snapshot``).
 
     Returns 0 when every process is running (and Airflow is healthy), 1 otherwise.
     """

@@ -1,7 +1,7 @@
 """loglake's state as Prometheus metrics (docs/observability.md has the list), and where
 Prometheus finds the processes that serve them.
 
-``dataset_families`` turns one ``loglake.observe.snapshot.dataset`` dictionary (what
+``dataset_families`` turns one ``loglake.ops.snapshot.dataset`` dictionary (what
 ``loglake status --json`` prints) into metric families; the platform's exporter
 (``loglake.local.metrics``, run by ``loglake up``) serves them with the processes' and the
 alert thresholds' families at each scrape.

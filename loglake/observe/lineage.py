@@ -1,6 +1,6 @@
 """OpenLineage events of loglake's batch-side jobs (docs/observability.md#lineage).
 
-Every job ``spark_jobs.entry.execute`` runs emits a START event and a COMPLETE (or FAIL) one
+Every job ``loglake.jobs.entry.execute`` runs emits a START event and a COMPLETE (or FAIL) one
 through the OpenLineage Python client, with the transport of the profile's ``lineage``
 (a file, HTTP, the console). OpenLineage's Spark listener would see Spark's reads and writes
 but not what they mean to loglake; these events say it, in loglake's own facets:

@@ -14,7 +14,7 @@ Per partition p, with W_p the batch watermark and S_p the speed layer's committe
 Both at the versions readers are served (``loglake.ledger.snapshots.pin``) and at the tables' newest
 versions, where those differ: a write loglake did not make (a notebook, another tool) is in
 the newest version long before anything serves it, and a publish refuses to serve it
-(``spark_jobs.system_tables.serving_versions``); the audit says which version is damaged and
+(``loglake.lake.system_tables.serving_versions``); the audit says which version is damaged and
 lists such commits of the batch and quarantine tables since the served versions.
 
 No JVM: the log is read with confluent-kafka, the tables with delta-rs. Reading order is
@@ -228,8 +228,8 @@ def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra
                    version: int | None = None) -> dict[int, dict]:
     """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``,
     at the pinned ``version`` (None: no table at the pinned point)."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import QueryBuilder
 
 
     table = None if version is None else open_table(path, version)
@@ -424,8 +424,8 @@ def _row(p: int, layer: str, point: str, table: str, versions: tuple[int | None,
 
 def write_results(config: Config, result: AuditResult, audited_at: datetime) -> None:
     """Append the audit's rows to ``_audit_results`` (``loglake.core.contracts.AUDIT_RESULTS``)."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import write_deltalake  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import write_deltalake
 
 
     rows = [{

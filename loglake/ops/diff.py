@@ -144,7 +144,7 @@ def _columns(table) -> list[str]:
 
 
 def _rows(qb, sql: str) -> list[dict]:
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
 
     return pa.table(qb.execute(sql).read_all()).to_pylist()
 
@@ -157,7 +157,7 @@ def _shown(v):
 def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int, sample: int = 10,
                names: tuple[str, str, str] = ("partition", "start", "end")) -> DiffResult:
     """Compare batch and speed rows of ``ds`` for offsets ``[start, end)`` of ``partition``."""
-    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    from deltalake import QueryBuilder
 
 
     partitions = list_topics(config).get(ds.topic, 0)

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from loglake.core.config import RegistryField
+from loglake.schemaregistry import refusal as fields_refusal
 
 _SCALAR = {"integer": "bigint", "number": "double", "boolean": "boolean"}
 
@@ -94,6 +95,4 @@ def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
     """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``
     (None: they can): a field the table requires that the writer may leave out, or a field of
     another type (an integer is read as a number)."""
-    from loglake.schemaregistry import refusal as fields_refusal
-
     return fields_refusal(reader, fields(writer_str), promotes)

@@ -14,7 +14,7 @@ indexes ``[0]`` name (the wire format: magic byte, schema id, the indexes, the p
   nullable); ``repeated`` → array; a map field → map.
 
 Every field is optional (proto3: an absent scalar reads as its default, an absent message as
-null). No Spark here: the jobs' decoder (``spark_jobs.decode``) calls ``decoder``.
+null). No Spark here: the jobs' decoder (``loglake.records.decode``) calls ``decoder``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any, Callable
 
 from loglake.core.config import RegistryField
+from loglake.schemaregistry import refusal as fields_refusal
 
 _SCALAR = {1: "double", 2: "float", 3: "bigint", 4: "decimal(20,0)", 5: "int", 6: "decimal(20,0)", 7: "bigint",
            8: "boolean", 9: "string", 12: "binary", 13: "bigint", 14: "string", 15: "int", 16: "bigint",
@@ -148,8 +149,6 @@ def fields(schema_str: str) -> dict[str, RegistryField]:
 def refusal(reader: dict[str, RegistryField], writer_str: str) -> str | None:
     """Why records written with ``writer_str`` cannot be read as a table with fields ``reader``:
     a field the table holds that the writer declares with another type (by name)."""
-    from loglake.schemaregistry import refusal as fields_refusal
-
     return fields_refusal(reader, fields(writer_str))  # no promotions; every field optional
 
 

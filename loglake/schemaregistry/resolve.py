@@ -23,6 +23,7 @@ version, or with one the tables' schema cannot read, are quarantined as ``incomp
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from contextlib import contextmanager
@@ -31,9 +32,13 @@ from typing import Callable, Iterator
 from pydantic import ValidationError
 
 from loglake.core.config import Config, Dataset, RegistrySchemas, WriterSchema
-from loglake.core.errors import ConfigError
+from loglake.core.errors import ConfigError, LoglakeError
 from loglake.core.retrying import retry_transient
-from loglake.schemaregistry import Version, avro, jsonschema, protobuf, versions
+from loglake.ledger import schemas
+from loglake.ledger.schemas import (breaking_changes, compare, describe_changes, recorded_versions, spec_of,
+                                    table_columns)
+import loglake.schemaregistry as registry
+from loglake.schemaregistry import SCHEMA_TYPES, Version, avro, jsonschema, protobuf, version, versions
 
 # What reads each registry format's schemas: its fields as columns, which writers a table holds.
 KINDS = {"avro": avro, "json-schema": jsonschema, "protobuf": protobuf}
@@ -67,8 +72,6 @@ def with_fields(ds: Dataset, version: Version, schemas: RegistrySchemas | None =
 def resolve(config: Config, ds: Dataset, known: list[Version] | None = None) -> Dataset:
     """``ds`` with the fields its tables take now, read from the registry (``known``: the
     subject's versions, already read). A json dataset, or one resolved already, as it is."""
-    from loglake.ledger.schemas import breaking_changes, describe_changes, recorded_versions, table_columns
-
     if ds.resolved and known is None:  # a json dataset's fields are its conf's; resolved already
         return ds
     found = known if known is not None else versions(config, ds.subject_name)
@@ -149,8 +152,6 @@ def as_they_came(ds: Dataset, found: list[Version], cannot_read: Readability) ->
 
     Only the subject's versions decide here, not the ledger: every process that resolves the
     subject (the stream, a batch job, ``loglake status``) comes to the same answer."""
-    from loglake.ledger.schemas import compare, describe_changes, spec_of
-
     out: dict[int, str | None] = {}
     held_spec: dict | None = None
     held: list[Version] = []  # the versions whose records the tables read then
@@ -202,8 +203,6 @@ def key_schemas(config: Config, ds: Dataset) -> tuple[tuple[WriterSchema, ...], 
 
 def _avro_key(schema_str: str) -> tuple[str | None, str]:
     """(the field of a one-field record key, or None for a primitive; the key's Spark type)."""
-    import json
-
     schema = json.loads(schema_str)
     if isinstance(schema, dict) and schema.get("type") == "record":
         if len(schema["fields"]) != 1:
@@ -216,7 +215,6 @@ def _avro_key(schema_str: str) -> tuple[str | None, str]:
 
 
 def _json_key(schema_str: str) -> tuple[str | None, str]:
-    import json
 
     schema = json.loads(schema_str)
     if isinstance(schema, dict) and schema.get("type") == "object":
@@ -244,7 +242,6 @@ def _writer_refusal(ds: Dataset, v: Version, reader: Version, refused: str | Non
 
 
 def schema_type(ds: Dataset) -> str:
-    from loglake.schemaregistry import SCHEMA_TYPES
 
     return SCHEMA_TYPES[ds.format]
 
@@ -267,8 +264,6 @@ class Follower:
 
     def current(self) -> tuple[Dataset, bool]:
         """(the dataset resolved, whether that changed since the last call)."""
-        from loglake.schemaregistry import version
-
         subject = self.base.subject_name
         numbers = sorted(self._numbers(subject))
         if self.ds is not None and numbers == [v.version for v in self.known]:
@@ -288,17 +283,15 @@ class Follower:
     def _numbers(self, subject: str) -> list[int]:
         """The subject's version numbers, one call waited out while the registry does not answer
         and, for a subject read before, while it answers that the subject is not there."""
-        from loglake.schemaregistry import _not_found, call, client
-
-        c, url, what = client(self.config), self.config.registry.url, f"versions of {subject}"
+        c, url, what = registry.client(self.config), self.config.registry.url, f"versions of {subject}"
         seconds = self.config.registry.retry_seconds
         deadline = time.monotonic() + seconds  # one budget for the outage and the missing subject
 
         def ask() -> list[int]:
             try:
-                return call(self.config, what, lambda: c.get_versions(subject), max(0.0, deadline - time.monotonic()))
+                return registry.call(self.config, what, lambda: c.get_versions(subject), max(0.0, deadline - time.monotonic()))
             except Exception as e:
-                if self.known and _not_found(e):
+                if self.known and registry._not_found(e):
                     raise _Unlisted() from e
                 raise
 
@@ -330,10 +323,6 @@ def schema_status(config: Config, ds: Dataset) -> dict:
     """``loglake.ledger.schemas.schema_status`` for any dataset: for a registry format also its
     subject, the version the tables take and what was refused; the registry away (or the
     subject not registered yet) is said, not raised."""
-    from loglake.core.errors import LoglakeError
-    from loglake.ledger import schemas
-    from loglake.schemaregistry import versions
-
     if not ds.in_registry:
         return schemas.schema_status(config, ds)
     try:

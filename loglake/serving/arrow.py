@@ -27,15 +27,15 @@ _SESSION = {"datafusion.sql_parser.default_null_ordering": "nulls_min"}
 
 def _plain(table):
     """String views (DataFusion's) as plain strings: what pandas and most tools expect."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
 
     fields = [pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type) for f in table.schema]
     return table.cast(pa.schema(fields))
 
 
 def _run(tables: dict, sql: str):
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import QueryBuilder
 
     qb = QueryBuilder(_SESSION)
     for alias, t in tables.items():
@@ -205,8 +205,8 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
     statement that would write and ``Unsupported`` for one it does not run; ``strict``: also
     for what it might answer unlike Spark (``unlike_spark``, and computed columns without a
     name of their own, which the two engines name differently)."""
-    import pyarrow as pa  # deferred: heavy, kept off the start of the CLI and of DAG parsing
-    from deltalake import QueryBuilder  # deferred: heavy, kept off the start of the CLI and of DAG parsing
+    import pyarrow as pa
+    from deltalake import QueryBuilder
 
 
     check_read_only(statement)

@@ -15,18 +15,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError, ParamError
+from loglake.lake.delta_io import table_exists
 from loglake.ledger.planning import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
 from loglake.ledger.tables import open_table
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 _VERSION = re.compile(r"^\d+$")
-
-
-def table_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable  # delta-spark's Python side, beside pyspark
-
-    return DeltaTable.isDeltaTable(spark, path)
 
 
 def register_tables(spark: SparkSession, config: Config, as_of: str | None = None) -> list[str]:

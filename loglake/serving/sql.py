@@ -56,7 +56,7 @@ def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
                        key: str, columns: list[str]) -> str:
     cols = _quoted(columns)
     union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
-    # Newest per key as ``spark_jobs.delta_io.latest_per_key`` decides: by offset within a
+    # Newest per key as ``loglake.lake.delta_io.latest_per_key`` decides: by offset within a
     # partition, then (a key spread over partitions) by Kafka timestamp, then partition.
     in_partition = (f"SELECT *, row_number() OVER (PARTITION BY `{key}`, _partition ORDER BY _offset DESC) "
                     f"AS _in_p FROM ({union})")

@@ -1,1 +1,4 @@
-"""The speed layer from the outside: its streams as supervised background processes."""
+"""The speed layer: its streams started, stopped and watched from outside (``control``), and its
+Spark half: the speed application (``app``), one stream's job (``job``), the stream
+(``stream``), where it reads from (``position``, ``checkpoint``) and its micro-batch writer
+(``writer``)."""

@@ -40,7 +40,7 @@ class Lab:
         self.conf_defaults = conf_defaults or {}
         self._bootstrap = bootstrap
         self._kafka: EmbeddedKafka | None = None
-        self._registry = None  # loglake.local.schema_registry.EmbeddedRegistry, started on first use
+        self._registry = None  # loglake.local.apicurio.EmbeddedRegistry, started on first use
         self._spark = spark
         self._owns_spark = False
         self._n = 0
@@ -57,7 +57,7 @@ class Lab:
     def registry_url(self) -> str:
         """The URL (Confluent API) of the lab's schema registry, started on first use."""
         if self._registry is None:
-            from loglake.local.schema_registry import EmbeddedRegistry
+            from loglake.local.apicurio import EmbeddedRegistry
 
             self._registry = EmbeddedRegistry.on_free_port(self.root / "registry-home")
         return self._registry.url

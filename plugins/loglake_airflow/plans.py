@@ -96,8 +96,8 @@ def _safe(run_id: str) -> str:
 
 @loglake_errors
 def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
-    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.lifecycle.rebuilds``)."""
-    from loglake.lifecycle.rebuilds import run_rebuild
+    """The loglake_rebuild DAG's task: ``loglake rebuild DATASET [--layer L]`` (``loglake.lifecycle.rebuild``)."""
+    from loglake.lifecycle.rebuild import run_rebuild
 
     hook = LoglakeHook()
     ds = hook.checked_dataset(params["dataset"])
@@ -110,7 +110,7 @@ def rebuild_task(params: Mapping[str, Any], run_id: str) -> list[str]:
 @loglake_errors
 def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
     """The loglake_replay DAG's task: ``loglake replay DATASET [--reason-code C] [--dry-run]``."""
-    from loglake.lifecycle.replays import run_replay
+    from loglake.lifecycle.replay import run_replay
 
     hook = LoglakeHook()
     ds = hook.checked_dataset(params["dataset"])

@@ -8,9 +8,9 @@ import loglake
 from loglake.core.errors import ParamError
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
-from spark_jobs.maintenance import run_maintenance
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.maintenance.job import run_maintenance
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from loglake.local.produce import generate, produce
 from loglake.core.contracts import AUDIT_RESULTS
 from loglake.ledger.results import last_audit
 from loglake.ledger.tables import open_table, query
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def serve_current(spark, config, ds) -> None:
     """Make what the batch tables hold now the served point, as a loglake that did not check
     the commits before it served them did (a publish refuses commits loglake did not make:
     test_foreign_commits): damage done behind loglake's back is then served."""
-    from spark_jobs.system_tables import append_ledger
+    from loglake.lake.system_tables import append_ledger
 
     versions = {f"{layer}_version": open_table(config.table_path(ds, layer)).version()
                 for layer in ("batch", "quarantine")}

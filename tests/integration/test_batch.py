@@ -21,13 +21,13 @@ from loglake.core.processes import Managed, wait_for
 from loglake.local.demo import DEMO_SQL
 from loglake.local.produce import produce
 from loglake.observe import series
-from spark_jobs.recompute import recompute_from_log, run_batch
-from spark_jobs.compare import compare
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.entry import record_job
-from spark_jobs.gate import run_quality
+from loglake.batch.recompute import recompute_from_log, run_batch
+from loglake.batch.compare import compare
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.jobs.entry import record_job
+from loglake.quality.gate import run_quality
 from loglake.serving.spark import serving_view
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ def test_quarantined_records_carried_read_by_the_driver_and_by_a_second_pass_are
     (``parse.CARRY_ROWS``); more are read again by a Kafka client in the driver (up to
     ``DRIVER_READ_LIMIT``), more still by a second Spark pass over the range. The quarantine
     rows are the same, byte for byte, whichever way they came."""
-    from spark_jobs import parse
+    from loglake.records import parse
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -181,7 +181,7 @@ def test_backfill_by_time_window(spark, make_config):
 # write, in test_demo (the README's `loglake demo`); a recompute equal to itself in the tests above.
 @pytest.mark.long
 def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config):
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -189,7 +189,7 @@ def test_serving_view_equals_full_recompute_while_speed_runs(spark, make_config)
     # Batch covers the first half of every partition; speed covers everything, and keeps running.
     half = Plan(ds.name, tuple(OffsetRange(ds.topic, p, 0, hi // 2) for p, (_lo, hi) in log_bounds(config, ds.topic).items()))
     recompute_and_publish(spark, config, ds, half, "half")
-    # The demo's proof (spark_jobs.compare) tells a view that lacks offsets from the recompute...
+    # The demo's proof (loglake.batch.compare) tells a view that lacks offsets from the recompute...
     (short,) = compare(spark, config, DEMO_SQL, [ds.name])
     assert not short.same and short.served["rows"].sum() < short.full["rows"].sum()
     proc = Managed(config.home, "speed-job_views")

@@ -12,8 +12,8 @@ from loglake.core.errors import ConfigError
 from loglake.kafka.admin import TIMEOUT, admin, list_topics
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.core.processes import wait_for
-from spark_jobs.delta_io import latest_per_key
-from spark_jobs.streaming import start_stream
+from loglake.lake.delta_io import latest_per_key
+from loglake.speed.stream import start_stream
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from pyspark.sql.types import LongType
 
 from loglake.core.errors import is_transient
 from loglake.ledger.leases import appends_pause, appends_paused, wait_while_paused
-from spark_jobs import delta_io
+from loglake.lake import delta_io
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from loglake.core.errors import ParamError
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 
 from loglake.testing import run_loglake
 

@@ -18,10 +18,10 @@ from loglake.core.errors import ForeignCommitError
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.rebuild import rebuild
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.lifecycle.rebuild_job import rebuild
 from loglake.serving.spark import query as serving_query
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 from tests.integration.test_audit import build_half
 
 pytestmark = pytest.mark.integration

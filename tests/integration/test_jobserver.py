@@ -88,7 +88,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
     from loglake.ledger.planning import plan_backfill
-    from spark_jobs.recompute import run_batch
+    from loglake.batch.recompute import run_batch
 
     plan = plan_backfill(config, ds, ranges=[f"{p}:0-{e}" for p, e in sorted(ends.items())])
     run_batch(spark, config, ds, plan, "in-process")

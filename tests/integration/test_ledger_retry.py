@@ -13,8 +13,8 @@ from loglake.ledger.ranges import batch_watermarks, ledger_rows
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.tables import open_table, query
-from spark_jobs.recompute import run_batch
-from spark_jobs.gate import run_quality
+from loglake.batch.recompute import run_batch
+from loglake.quality.gate import run_quality
 
 pytestmark = pytest.mark.integration
 

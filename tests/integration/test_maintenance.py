@@ -22,11 +22,11 @@ from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.results import last_maintenance
 from loglake.ledger.tables import open_table
-from spark_jobs import delta_io
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.maintenance import run_maintenance
+from loglake.lake import delta_io
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.maintenance.job import run_maintenance
 from loglake.serving.spark import serving_view
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 from loglake.ledger.planning import plan_batch
 from loglake.ledger.tables import open_table, query
 from loglake.local.produce import produce
-from spark_jobs import parse
-from spark_jobs.recompute import run_batch
-from spark_jobs.streaming import run_speed
+from loglake.records import parse
+from loglake.batch.recompute import run_batch
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,10 @@ from loglake.local.produce import produce
 from loglake.local.stack import exporter_process, start_exporter
 from loglake.testing import config_environment, run_loglake
 from loglake.testing.prometheus import start_prometheus
-from spark_jobs import batch, entry, quality
-from spark_jobs.streaming import run_speed
+from loglake.batch import job as batch
+from loglake.jobs import entry
+from loglake.quality import job as quality
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from loglake.core.errors import LoglakeError, StreamRunningError, WriterBusyErro
 from loglake.ledger import leases, snapshots
 from loglake.testing import NO_BROKER, hold_writer_lease, make_config, take_writer_lease
 from loglake.testing.proxy import StoreProxy
-from spark_jobs import delta_io
+from loglake.lake import delta_io
 
 
 def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(store_config):

@@ -8,7 +8,7 @@ import time
 
 from loglake.core import objectstore
 from loglake.observe import series
-from loglake.testing.series import micro_batches_from_processes
+from loglake.testing.series_writers import micro_batches_from_processes
 
 
 def _objects(config) -> list[str]:

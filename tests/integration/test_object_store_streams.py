@@ -31,7 +31,7 @@ from loglake.jobs.launch import application, job_env, submit_command
 from loglake.jobs.protocol import read_failure
 from loglake.ledger import leases
 from loglake.local.produce import produce
-from loglake.speed.streams import SpeedStream
+from loglake.speed.control import SpeedStream
 from loglake.testing import make_config, run_loglake
 from loglake.testing.proxy import StoreProxy
 

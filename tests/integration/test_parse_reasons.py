@@ -7,7 +7,7 @@ import json
 import pytest
 
 from loglake.local.produce import generate
-from spark_jobs import parse
+from loglake.records import parse
 
 pytestmark = pytest.mark.integration  # a real Spark session
 

@@ -13,11 +13,11 @@ from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.results import data_docs_dir, last_quality
 from loglake.ledger.tables import open_table, query
-from spark_jobs.recompute import run_batch
+from loglake.batch.recompute import run_batch
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.core.errors import QualityGateError
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.gate import run_quality
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.quality.gate import run_quality
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from loglake.local.produce import produce
 from loglake.testing import write_conf
 from loglake.ledger.snapshots import DatasetSnapshot, served_ranges
 from loglake.ledger.tables import snapshot
-from spark_jobs.pipeline import recompute_and_publish
+from loglake.quality.pipeline import recompute_and_publish
 from loglake.serving.spark import query
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 from loglake.testing import run_loglake as cli
 
 pytestmark = pytest.mark.integration

@@ -18,12 +18,12 @@ from loglake.core.errors import DataLossError, ParamError
 from loglake.kafka.admin import admin
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
-from loglake.lifecycle.rebuilds import check_layer
-from spark_jobs.recompute import recompute_from_log
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.rebuild import rebuild
+from loglake.lifecycle.rebuild import check_layer
+from loglake.batch.recompute import recompute_from_log
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.lifecycle.rebuild_job import rebuild
 from loglake.serving.spark import query
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from loglake.core.errors import ConfigError
-from spark_jobs.entry import known_jvm_error
+from loglake.jobs.entry import known_jvm_error
 from tests.unit.test_regex import PATTERNS
 
 pytestmark = pytest.mark.integration

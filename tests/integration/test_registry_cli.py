@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from loglake.core.processes import free_port
-from loglake.local.schema_registry import EmbeddedRegistry
+from loglake.local.apicurio import EmbeddedRegistry
 from loglake.testing import run_loglake
 
 pytestmark = pytest.mark.integration

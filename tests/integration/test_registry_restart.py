@@ -32,7 +32,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from loglake.core.errors import PortInUseError
 from loglake.core.processes import Managed
-from loglake.local.schema_registry import EmbeddedRegistry
+from loglake.local.apicurio import EmbeddedRegistry
 from loglake.schemaregistry import client, register
 from loglake.schemaregistry.resolve import Follower
 from loglake.testing.conf import NO_BROKER, make_config

@@ -122,8 +122,8 @@ def test_a_registry_with_a_login_over_tls_is_read_written_and_decoded_through(sp
     from loglake.kafka.admin import ensure_topic
     from loglake.local.produce import produce
     from loglake.schemaregistry import register, versions
-    from loglake.schemaregistry.produce import encoder
-    from spark_jobs.streaming import run_speed
+    from loglake.schemaregistry.serializers import encoder
+    from loglake.speed.stream import run_speed
 
     config = make_config(registry=settings(secured), extra_datasets={
         "clicks": {"kind": "events", "partitions": 2, "key": "user_id", "format": "avro"}})

@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 
 from loglake.ledger.planning import plan_batch
 from loglake.schemaregistry.resolve import resolve
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -204,7 +204,7 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
     # Each fixed where it can be: amount made optional (version 4) lets the tables hold
     # version 3's records; a replay moves them, and the records no registry change can mend
     # stay quarantined, once.
-    from spark_jobs.replay import replay
+    from loglake.lifecycle.replay_job import replay
 
     w.register(V4)
     summary = replay(spark, config, ds, "replay-fixed")
@@ -230,7 +230,7 @@ WITH_DEFAULT = {**V1, "fields": [*V1["fields"], {"name": "campaign", "type": ["n
 def test_a_version_avro_cannot_read_the_tables_records_with_is_refused_while_the_stream_runs(spark, config):
     from loglake.ops.audit import audit_dataset
     from loglake.serving.spark import query as serve
-    from spark_jobs.streaming import start_stream
+    from loglake.speed.stream import start_stream
 
     ds = config.dataset("orders")
     w = Writer(config, ds)
@@ -391,7 +391,7 @@ def test_an_avro_topic_written_in_transactions_lands_its_committed_records_once_
         spark, make_config, registry_url):
     from loglake.local.produce import produce
     from loglake.schemaregistry import register
-    from loglake.schemaregistry.produce import encoder
+    from loglake.schemaregistry.serializers import encoder
     from tests.integration.test_transactions import landed, log_offsets
 
     config = make_config(registry=registry_url, extra_datasets={
@@ -424,7 +424,7 @@ def test_a_registry_outage_mid_stream_is_waited_out_without_a_lost_or_quarantine
     import threading
 
     caplog.set_level(logging.INFO, logger="loglake.retry")
-    from spark_jobs.streaming import start_stream
+    from loglake.speed.stream import start_stream
 
     ds = config.dataset("orders")
     w = Writer(config, ds)
@@ -458,7 +458,7 @@ def test_a_registry_outage_mid_stream_is_waited_out_without_a_lost_or_quarantine
 
 
 def test_records_of_a_schema_not_yet_in_the_subject_are_replayed_once_it_is(spark, config):
-    from spark_jobs.replay import replay
+    from loglake.lifecycle.replay_job import replay
 
     ds = config.dataset("orders")
     w = Writer(config, ds)
@@ -550,7 +550,7 @@ def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_reco
         assert reasons == {"no_magic_byte": 1, "undecodable": 2, "missing_field": 1}, layer
 
     # weight made optional: the record without one is replayed into both layers, the others stay.
-    from spark_jobs.replay import replay
+    from loglake.lifecycle.replay_job import replay
 
     w.registry.register_schema(ds.subject_name, Schema(json.dumps(SHIPMENT_V3), "JSON"))
     summary = replay(spark, config, ds, "replay-fixed")
@@ -722,7 +722,7 @@ def test_a_changelog_with_avro_keys_keeps_the_latest_state_and_deletes_on_tombst
 
     # loglake's own producer (``loglake produce``) writes its keys through the key subject too.
     from loglake.local.produce import produce
-    from loglake.schemaregistry.produce import encoder
+    from loglake.schemaregistry.serializers import encoder
 
     made = produce(config, ds, 60, seed=71, encoder=encoder(config, ds))
     run_speed(spark, config, ds, available_now=True)

@@ -11,13 +11,13 @@ from loglake.ops.audit import audit_dataset
 from loglake.ledger.history import table_history
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
-from loglake.lifecycle.replays import replay_lines
+from loglake.lifecycle.replay import replay_lines
 from loglake.ledger.tables import open_table
-from spark_jobs.recompute import recompute_from_log
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.replay import replay, revalidated
+from loglake.batch.recompute import recompute_from_log
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.lifecycle.replay_job import replay, revalidated
 from loglake.serving.spark import query, serving_view
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 from loglake.testing import run_loglake
 from tests.integration.test_cli import noise
 from tests.integration.test_schema_evolution import JOB_VIEWS_FIELDS, evolved

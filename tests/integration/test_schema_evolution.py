@@ -25,9 +25,9 @@ from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.schemas import check, recorded_versions, schema_status, schema_text
 from loglake.ledger.tables import open_table, query as delta_query
-from spark_jobs.pipeline import recompute_and_publish
+from loglake.quality.pipeline import recompute_and_publish
 from loglake.serving.spark import query
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from loglake.core import paths
 from loglake.kafka.admin import end_offsets
 from loglake.ledger.planning import plan_batch
 from loglake.local.produce import produce
-from spark_jobs.recompute import run_batch
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.gate import run_quality
-from spark_jobs.streaming import run_speed
+from loglake.batch.recompute import run_batch
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.quality.gate import run_quality
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ import pytest
 from loglake.core.errors import QualityGateError
 from loglake.ledger.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
-from spark_jobs.recompute import recompute_from_log, run_batch
-from spark_jobs.maintenance import run_maintenance
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.gate import run_quality
+from loglake.batch.recompute import recompute_from_log, run_batch
+from loglake.maintenance.job import run_maintenance
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.quality.gate import run_quality
 from loglake.serving.spark import query, serving_view
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from loglake.kafka.admin import end_offsets, group_offsets, log_bounds
 from loglake.local.produce import produce
 from loglake.observe import exporter
 from loglake.testing import caught_up
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
 
     from loglake.ledger.planning import plan_batch
     from loglake.ledger.snapshots import STREAM_KEY, stream_batch
-    from spark_jobs.recompute import run_batch
+    from loglake.batch.recompute import run_batch
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -99,8 +99,8 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
 
     # delta-rs checkpoints where Spark would (every 10th version), not at its own 100th: the stream
     # made its quarantine table with that interval, and sets it on one made without it.
-    from spark_jobs.delta_io import APPENDED_BY_DELTA_RS, append_arrow, create_if_missing
-    from spark_jobs.parse import CARRIED, carried_arrow, empty_quarantine
+    from loglake.lake.delta_io import APPENDED_BY_DELTA_RS, append_arrow, create_if_missing
+    from loglake.records.parse import CARRIED, carried_arrow, empty_quarantine
 
     assert DeltaTable(q_path).metadata().configuration.items() >= APPENDED_BY_DELTA_RS.items()
     other = str(Path(q_path).parent / "made-by-spark")
@@ -228,7 +228,7 @@ def test_a_running_stream_that_replayed_a_micro_batch_records_its_position_with_
     # progress report, SPARK-55271: the stream starts its query again) and records the position.
     from loglake.core.processes import Managed, wait_for
     from loglake.jobs.launch import job_env, spark_submit
-    from loglake.speed.streams import SpeedStream
+    from loglake.speed.control import SpeedStream
 
     config = make_config(speed={"max_offsets_per_trigger": 60, "trigger_interval": "1 second"})
     ds = config.dataset("job_views")

@@ -10,7 +10,7 @@ from loglake.core.processes import wait_for
 from loglake.kafka.admin import end_offsets
 from loglake.local import stack
 from loglake.local.produce import produce
-from loglake.speed.streams import SpeedStream, application, streams
+from loglake.speed.control import SpeedStream, application, streams
 from loglake.testing.checks import caught_up, count_exactly_once, sigkill, spark_drivers
 from tests.integration.test_schema_evolution import evolved
 

@@ -12,7 +12,7 @@ from loglake.kafka.admin import admin, log_bounds
 from loglake.local.produce import produce
 from loglake.ops.audit import audit_dataset, format_audit
 from loglake.testing import run_loglake
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from loglake.kafka.admin import admin, log_bounds
 from loglake.local.produce import produce
 from loglake.ops.status import dataset_status, format_status
-from spark_jobs.streaming import run_speed
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,9 @@ from loglake.local.produce import produce
 from loglake.ops.audit import audit_dataset, format_audit
 from loglake.ops.diff import diff_range
 from loglake.ops.status import dataset_status
-from spark_jobs.kafka_source import check_retained
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.records.kafka_source import check_retained
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +181,7 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
 
 def exact_noted(monkeypatch) -> list[bool]:
     """How each micro-batch asks ``parse.counted`` to note its bad offsets (``exact``), in order."""
-    from spark_jobs import parse
+    from loglake.records import parse
 
     noted = []
     real_counted = parse.counted
@@ -198,7 +198,9 @@ def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planne
                                                                                         monkeypatch):
     """A stream's first micro-batch may be one the previous run planned (Spark's offset log)
     under a larger cap: it is noted by its own span, not by this run's cap."""
-    from spark_jobs import parse, streaming
+    from loglake.records import parse
+    from loglake.speed import checkpoint
+    from loglake.speed import stream as streaming
 
     suffix = f"replayed-{uuid.uuid4().hex[:6]}"
     config = make_config(speed={"max_offsets_per_trigger": 100, "max_bytes_per_trigger": None}, topic_suffix=suffix)
@@ -214,7 +216,7 @@ def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planne
         with pytest.raises(Exception, match="the driver died"):
             run_speed(spark, config, ds, available_now=True)
     # Spark shares the cap out among the partitions, rounding down: up to 100, above the limit.
-    assert 60 < streaming.planned_span(spark, config.checkpoint_path(ds), ds.topic, 0) <= 100
+    assert 60 < checkpoint.planned_span(spark, config.checkpoint_path(ds), ds.topic, 0) <= 100
 
     noted = exact_noted(monkeypatch)
     # Restarted with a smaller cap: the same conf directory, state and topic.
@@ -232,7 +234,7 @@ def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro
                                                                                                  make_config,
                                                                                                  monkeypatch):
     from loglake.speed.sizing import size_micro_batches
-    from spark_jobs import parse
+    from loglake.records import parse
 
     # A records cap above parse.EXACT_BAD_LIMIT: the sized cap, far below it, is the one that binds.
     config = make_config(speed={"max_bytes_per_trigger": "32k", "max_offsets_per_trigger": 2 * parse.EXACT_BAD_LIMIT})

@@ -21,8 +21,8 @@ from loglake.local.produce import produce
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.ledger.results import data_docs_dir
 from loglake.ops.status import dataset_status, format_status
-from spark_jobs.pipeline import recompute_and_publish
-from spark_jobs.streaming import run_speed
+from loglake.quality.pipeline import recompute_and_publish
+from loglake.speed.stream import run_speed
 
 from loglake.testing import write_conf
 

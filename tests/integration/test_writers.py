@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_maintenance_waits_for_the_holder_names_it_and_runs_once_it_is_gone(spark, make_config):
-    from spark_jobs.streaming import run_speed
+    from loglake.speed.stream import run_speed
 
     config = make_config()
     ds = config.dataset("job_views")

@@ -27,7 +27,7 @@ import json, sys, time
 from types import SimpleNamespace
 from loglake.core.config import load_config
 from loglake.speed.sizing import Sizing
-from spark_jobs.streaming import _PositionRecorder
+from loglake.speed.stream import _PositionRecorder
 
 config = load_config(sys.argv[1], home=sys.argv[2])
 ds = config.dataset("job_views")

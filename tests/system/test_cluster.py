@@ -34,7 +34,7 @@ from loglake.ledger.ranges import batch_watermarks
 from loglake.ledger.results import last_maintenance
 from loglake.local.cluster import LocalCluster
 from loglake.local.produce import produce
-from loglake.speed.streams import SpeedStream
+from loglake.speed.control import SpeedStream
 from loglake.testing import caught_up, count_exactly_once, write_conf
 from tests.system.test_dags import covered
 

@@ -182,7 +182,7 @@ def test_replay_dag_moves_the_records_of_its_reason_code_that_the_loosened_conf_
                                                                                        airflow_db):
     import json
 
-    from spark_jobs.streaming import run_speed
+    from loglake.speed.stream import run_speed
     from tests.integration.test_replay import LOOSENED
     from tests.integration.test_schema_evolution import evolved
 

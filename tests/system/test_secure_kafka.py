@@ -225,8 +225,8 @@ def test_spark_kafka_source_is_refused_with_a_wrong_password(secure, spark, monk
     """The Java client (Spark's Kafka source, settings from ``Config.kafka_java_conf``) too; its
     refusal is loglake's permanent KafkaAuthenticationError, so a stream is not restarted for ever."""
     from loglake.core.errors import KafkaAuthenticationError
-    from spark_jobs.entry import known_jvm_error
-    from spark_jobs.kafka_source import source_options
+    from loglake.jobs.entry import known_jvm_error
+    from loglake.records.kafka_source import source_options
 
     config = secure.config()
     # A topic no dataset reads: the batch DAG run below then has job_views' offsets only to do.
@@ -318,7 +318,7 @@ def test_pipeline_through_the_secure_broker(secure):
 
 # make test-long only; make test covers its parts: the batch DAG end to end through the scheduler, its
 # tasks in the shared application, in test_demo; Spark's Kafka source through the secured broker
-# (the same options the batch job's read takes, spark_jobs.kafka_source) in the pipeline test above.
+# (the same options the batch job's read takes, loglake.records.kafka_source) in the pipeline test above.
 @pytest.mark.long
 def test_a_batch_dag_run_by_airflow_through_the_secure_broker(secure, airflow_db):
     """The batch layer through the secured broker: the DAG's recompute of every offset so far,

@@ -137,8 +137,8 @@ def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     from loglake.ledger.planning import plan_backfill
     from loglake.local.produce import produce
     from loglake.ops.status import dataset_status, format_status
-    from spark_jobs.pipeline import recompute_and_publish
-    from spark_jobs.streaming import run_speed
+    from loglake.quality.pipeline import recompute_and_publish
+    from loglake.speed.stream import run_speed
 
     config = airflow.config
     ds = config.dataset("job_views")

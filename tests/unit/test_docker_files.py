@@ -37,7 +37,7 @@ DEV_ONLY_PACKAGES = {"chromium": "headless Chromium drives the Airflow UI in the
                      "nginx-light": "the tests' HTTPS proxy with a login in front of a schema registry",
                      "maven": "the jars are resolved in the build stage `jars`, which the images do not keep"}
 # `python -m` steps of `make setup` the loglake images do without, and why.
-NOT_IN_IMAGES = {"loglake.local.objectstore": "builds versitygw for the tests: the stack's store is its own image "
+NOT_IN_IMAGES = {"loglake.local.versitygw": "builds versitygw for the tests: the stack's store is its own image "
                                               "(docker/Dockerfile.versitygw)"}
 
 SECRET_KEY = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|JAAS|CREDENTIALS|FERNET|(^|_)KEY($|_)|_CONN$|_URL$")
@@ -189,7 +189,7 @@ def runs_loglake_code(svc: dict) -> bool:
     built = build_of(svc)
     if built == (LOGLAKE_DOCKERFILE, "airflow"):
         return True
-    registry = command(svc)[1:3] == ["-m", "loglake.local.schema_registry"]
+    registry = command(svc)[1:3] == ["-m", "loglake.local.apicurio"]
     return built == (LOGLAKE_DOCKERFILE, "spark") and command(svc)[:1] != ["spark-class"] and not registry
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from loglake.core.errors import SetupError
 from loglake.core.processes import free_port
-from loglake.local import gobuild, objectstore, statsd_exporter
-from loglake.local.objectstore import VERSITYGW
+from loglake.local import gobuild, statsd_exporter, versitygw
+from loglake.local.versitygw import VERSITYGW
 from loglake.local.statsd_exporter import STATSD_EXPORTER
 
 GO_SCRIPT = """#!/bin/sh
@@ -82,8 +82,8 @@ def test_the_binary_and_go_trees_live_under_the_cache(cache, binary):
 
 def test_each_binary_says_its_version_as_its_own_makefile_sets_it():
     assert VERSITYGW.install_args() == [
-        "install", "-trimpath", f"-ldflags=-s -w -X=main.Version=v{objectstore.VERSION}",
-        f"github.com/versity/versitygw/cmd/versitygw@v{objectstore.VERSION}"]
+        "install", "-trimpath", f"-ldflags=-s -w -X=main.Version=v{versitygw.VERSION}",
+        f"github.com/versity/versitygw/cmd/versitygw@v{versitygw.VERSION}"]
     assert STATSD_EXPORTER.install_args() == [
         "install", "-trimpath",
         f"-ldflags=-s -w -X=github.com/prometheus/common/version.Version={statsd_exporter.VERSION}",

@@ -70,29 +70,39 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module → the project modules it imports (anywhere in its body)."""
+def imports(path: Path, package: str, modules: dict[str, Path]) -> list[tuple[str, bool]]:
+    """Every name ``path`` imports, and whether at its top (module level, also under an
+    ``if``/``try`` there) rather than inside a function or class."""
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(x) for n in tree.body for x in (ast.walk(n) if isinstance(n, (ast.If, ast.Try)) else [n])}
+    out = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            targets = [f"{base}.{a.name}" for a in node.names]
+            # ``from pkg import module`` depends on the module, not on what pkg/__init__ defines.
+            if not all(t in modules for t in targets):
+                targets.append(base)
+        out.extend((t, id(node) in top) for t in targets)
+    return out
+
+
+def import_graph(top_only: bool = False) -> dict[str, set[str]]:
+    """Module → the project modules it imports (anywhere in its body; ``top_only``: at its top)."""
     modules = project_modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                targets = [f"{base}.{a.name}" for a in node.names]
-                # ``from pkg import module`` depends on the module, not on what pkg/__init__ defines.
-                if not all(t in modules for t in targets):
-                    targets.append(base)
-            for t in targets:
-                found = _resolve(t, modules)
-                if found and found != mod:
-                    graph[mod].add(found)
+        for name, at_top in imports(path, package, modules):
+            found = _resolve(name, modules)
+            if found and found != mod and (at_top or not top_only):
+                graph[mod].add(found)
     return graph
 
 
@@ -182,6 +192,78 @@ def test_the_library_and_spark_jobs_never_import_airflow_code():
                  if m.startswith(("loglake", "spark_jobs")) and not m.startswith("loglake_")
                  and graph[m] & airflow_side}
     assert offenders == {}
+
+
+SPARK_LIBRARIES = ("pyspark", "delta", "py4j")
+
+
+def declared_spark_halves() -> tuple[set[str], set[str]]:
+    """The Spark modules docs/architecture.md lists ("Where Spark code lives": ``package: module,
+    ...`` per line), and those its ``deferred:`` line allows to import Spark inside a function."""
+    block = ARCHITECTURE.read_text().split("## Where Spark code lives", 1)[1].split("```", 2)[1]
+    spark, deferred = set(), set()
+    for line in block.strip().splitlines():
+        package, _, names = line.partition(":")
+        for name in (n.strip() for n in names.split(",")):
+            if package.strip() == "deferred":
+                deferred.add(f"loglake.{name}")
+            else:
+                spark.add(f"loglake.{package.strip()}.{name}")
+    return spark, deferred
+
+
+# Libraries that take a second or more to import: the command line's start and DAG parsing never
+# load them (a module they load imports such a library inside the function that needs it).
+HEAVY_LIBRARIES = (*SPARK_LIBRARIES, "pyarrow", "deltalake", "boto3", "great_expectations", "pandas")
+
+
+def spark_imports(libraries: tuple[str, ...] = SPARK_LIBRARIES) -> tuple[set[str], set[str]]:
+    """The project's modules that import one of ``libraries`` at their top, and those that do
+    inside a function."""
+    top, inside = set(), set()
+    modules = project_modules()
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for name, at_top in imports(path, package, modules):
+            if name.split(".")[0] in libraries:
+                (top if at_top else inside).add(mod)
+    return top, inside
+
+
+def test_the_spark_halves_are_the_declared_modules_and_import_spark_at_their_top():
+    declared, deferred = declared_spark_halves()
+    top, inside = spark_imports()
+    library = {m for m in top | inside if m.startswith("loglake.")}
+    assert {m for m in top if m.startswith("loglake.")} == declared
+    assert library - declared - deferred == set(), "Spark imported inside a function outside the declared modules"
+    assert declared <= set(project_modules())
+
+
+def test_starting_the_cli_or_parsing_dags_loads_no_spark_module_nor_a_heavy_library():
+    graph = import_graph(top_only=True)
+    top, _ = spark_imports(HEAVY_LIBRARIES)
+    starts = ["loglake.cli", *(m for m in graph if m.startswith(("dags.", "loglake_airflow", "loglake_view")))]
+    seen, todo = set(), list(starts)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    assert seen & top == set()
+    assert "loglake.cli" in seen and len(seen) > 20  # the walk followed the imports
+
+
+def test_spark_jobs_holds_only_entry_points():
+    """Each file under spark_jobs/ is a few lines calling into a component (no code of its own)."""
+    for path in (ROOT / "spark_jobs").glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        assert defined == [] and len(path.read_text().splitlines()) <= 15, path
+    applications = {job.application.name for job in REGISTRY.values()}
+    assert {p.name for p in (ROOT / "spark_jobs").glob("*.py")} == applications | {
+        "__init__.py", "speed_app.py", "server.py"}
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from loglake.core.config import load_config
 from loglake.observe import exporter, series
 from loglake.testing import write_conf
-from loglake.testing.series import micro_batches_from_processes
+from loglake.testing.series_writers import micro_batches_from_processes
 
 
 def _config(tmp_path):

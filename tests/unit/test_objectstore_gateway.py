@@ -1,4 +1,4 @@
-"""The suite's S3 server (``loglake.local.objectstore.Gateway``, versitygw) as files: its
+"""The suite's S3 server (``loglake.local.versitygw.Gateway``, versitygw) as files: its
 credentials and settings, without starting it. Its build: tests/unit/test_gobuild.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import configparser
 import stat
 
 from loglake.core.config import ObjectStoreSettings
-from loglake.local.objectstore import Gateway
+from loglake.local.versitygw import Gateway
 
 
 def test_the_credentials_file_is_private_and_the_settings_validate(tmp_path):

@@ -9,7 +9,7 @@ import threading
 from loglake.core.config import load_config
 from loglake.speed.sizing import Sizing
 from loglake.testing import write_conf
-from spark_jobs.streaming import _PositionRecorder
+from loglake.speed.stream import _PositionRecorder
 
 
 def test_two_threads_keeping_the_progress_file_never_fail(tmp_path):

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType;
  * length, other fields 8 bytes each, 32 more per row); beyond, it gives up and keeps only the count.
  *
  * <p>Its result is a struct {@code <rows: array<struct>, seen: bigint>}: {@code rows} null when it gave
- * up. loglake puts it in a pass's observation ({@code spark_jobs.parse.counted}), over the quarantined
+ * up. loglake puts it in a pass's observation ({@code loglake.records.parse.counted}), over the quarantined
  * records of the pass: while they are few, the driver receives them with the pass's counts and writes
  * the quarantine from them, with no second pass over the range. Beyond the bound the buffer holds no
  * rows (the driver's memory stays bounded whatever the bad fraction) and the caller reads them again.

@@ -20,8 +20,8 @@ from loglake.core.config import Config, Dataset
 from loglake.core.contracts import FIELD_TYPES, SCHEMAS
 from loglake.core.errors import ConfigError
 from loglake.ledger.schemas import current_version, new_version_row
-from spark_jobs.delta_io import add_missing_columns
-from spark_jobs.system_tables import append
+from loglake.lake.delta_io import add_missing_columns
+from loglake.lake.system_tables import append
 
 
 def record_version(spark: SparkSession, config: Config, ds: Dataset) -> int:

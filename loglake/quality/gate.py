@@ -2,7 +2,7 @@
 
 ``run_quality`` is what the quality job (``spark_jobs/quality.py``) runs after the batch job
 wrote a plan's ranges, and what the rebuild and replay jobs run through
-``spark_jobs.pipeline``. It reads
+``loglake.quality.pipeline``. It reads
 exactly the rows of those ranges from ``batch.<dataset>``, validates them with the
 dataset's Great Expectations 1.x suite (``quality:`` in ``conf/datasets/<name>.yaml``),
 stores one row per expectation in ``_quality_results`` and builds the GX Data Docs.
@@ -37,10 +37,11 @@ from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import ledger_path, ledger_rows, published_spans, uncovered
 from loglake.ledger.tables import staging_path, staging_root
 from loglake.schemaregistry.resolve import resolve
-from spark_jobs import delta_io, parse
-from spark_jobs.delta_io import table_exists
-from spark_jobs.kafka_source import read_ranges
-from spark_jobs.system_tables import append, append_ledger, serving_versions
+from loglake.lake import delta_io
+from loglake.records import parse
+from loglake.lake.delta_io import table_exists
+from loglake.records.kafka_source import read_ranges
+from loglake.lake.system_tables import append, append_ledger, serving_versions
 
 SAMPLE = 10  # offsets shown per failed expectation
 _SEVERITY = {"fail": "critical", "warn": "warning"}  # GX's own FailureSeverity names

@@ -1,7 +1,7 @@
 """The batch layer's work: recompute exact offset ranges from Kafka into Delta, replayably.
 
 ``run_batch`` is what the batch job (``spark_jobs/batch.py``) runs, and what the rebuild
-and replay jobs run through ``spark_jobs.pipeline``. For an events dataset it reads exactly the
+and replay jobs run through ``loglake.quality.pipeline``. For an events dataset it reads exactly the
 planned ranges, applies the speed layer's parse/validate/transform, and *replaces* those
 offsets in ``batch.<dataset>`` and in the batch part of ``quarantine.<dataset>`` — one
 Delta transaction per table (``replaceWhere``, or a plain append for a range no row holds yet,
@@ -32,9 +32,11 @@ from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import batch_watermarks, fresh_from, ledger_rows, published_spans
 from loglake.ledger.tables import staging_path
 from loglake.schemaregistry.resolve import resolve
-from spark_jobs import delta_io, evolution, parse
-from spark_jobs.kafka_source import check_retained, read_ranges
-from spark_jobs.system_tables import append_ledger
+from loglake.lake import delta_io
+from loglake.lake import evolution
+from loglake.records import parse
+from loglake.records.kafka_source import check_retained, read_ranges
+from loglake.lake.system_tables import append_ledger
 
 
 def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> DataFrame:

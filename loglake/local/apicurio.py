@@ -170,12 +170,12 @@ class EmbeddedRegistry:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m loglake.local.schema_registry``: the registry in the foreground (a container's
+    """``python -m loglake.local.apicurio``: the registry in the foreground (a container's
     process: docker/compose.yaml), its state under ``--home``."""
     import argparse
     import os
 
-    ap = argparse.ArgumentParser(prog="python -m loglake.local.schema_registry",
+    ap = argparse.ArgumentParser(prog="python -m loglake.local.apicurio",
                                  description=main.__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, required=True,
                     help="state directory (the registry's database under registry/)")

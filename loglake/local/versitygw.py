@@ -1,6 +1,6 @@
 """An S3-compatible object store on loopback: versitygw, for the suite and the benchmarks.
 
-``python -m loglake.local.objectstore`` (``make setup-test``) builds versitygw ``VERSION`` (an
+``python -m loglake.local.versitygw`` (``make setup-test``) builds versitygw ``VERSION`` (an
 open-source S3 gateway written in Go) from the Go module proxy into the cache, outside the repo
 (``VERSITYGW``, a ``loglake.local.gobuild.GoBinary``: where it lives, its stamp, which Go).
 
@@ -179,7 +179,7 @@ class Gateway:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return VERSITYGW.main(argv, prog="python -m loglake.local.objectstore")
+    return VERSITYGW.main(argv, prog="python -m loglake.local.versitygw")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.jobs.summaries import BatchSummary
 from loglake.ledger.planning import Plan
-from spark_jobs.gate import run_quality
-from spark_jobs.recompute import run_batch
+from loglake.quality.gate import run_quality
+from loglake.batch.recompute import run_batch
 
 
 def recompute_and_publish(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> BatchSummary:

@@ -18,7 +18,7 @@ from loglake.core.errors import ForeignCommitError
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.ledger.ranges import ledger_rows
 from loglake.ledger.tables import open_table
-from spark_jobs.delta_io import retry_conflicts, table_exists
+from loglake.lake.delta_io import retry_conflicts, table_exists
 
 
 def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[dict], *,

@@ -1,7 +1,7 @@
 """The demo's proof: a query over the serving view equals the same query over a full
 recompute from the log, through the same parsing and transform code.
 
-``python -m spark_jobs.compare SQL [DATASET ...]`` (``loglake demo`` runs it; ``SQL`` names
+``python -m loglake.batch.compare SQL [DATASET ...]`` (``loglake demo`` runs it; ``SQL`` names
 the relation ``{view}``; no dataset: every events dataset) compares each dataset in one
 Spark session, prints both results and exits 0 when every pair is identical, 1 when not.
 The configuration comes from the environment (``LOGLAKE_CONF``, ``LOGLAKE_HOME``,
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from loglake.core.config import Config, load_config
 from loglake.jobs.session import get_spark
 from loglake.serving.spark import query
-from spark_jobs.recompute import recompute_from_log
+from loglake.batch.recompute import recompute_from_log
 
 
 @dataclass(frozen=True)

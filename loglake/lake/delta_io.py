@@ -36,7 +36,6 @@ from loglake.core.retrying import attempts_made
 from loglake.ledger.leases import check_lease
 from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY, stream_batch
 from loglake.ledger.tables import open_table
-from loglake.serving.spark import table_exists  # one definition; the jobs call it as delta_io.table_exists
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -74,6 +73,11 @@ def retry_conflicts(fn: Callable[[], T], what: str, *, attempts: int = RETRY_ATT
 
 # The table property naming the columns Delta collects per-file statistics (min, max, nulls) of.
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` holds a Delta table (Spark's view of it)."""
+    return DeltaTable.isDeltaTable(spark, path)
 
 
 def to_delta(df: DataFrame, mode: str, stats: Sequence[str] | None = None) -> DataFrameWriter:
@@ -304,7 +308,7 @@ def _session_metadata(spark: SparkSession) -> dict:
 def named(spark: SparkSession, step: str):
     """Commits inside the block name loglake as their maker (``{"loglake_step": step}``) unless
     an enclosing ``commit_metadata`` named the job already: a publish serves no commit that
-    does not (``spark_jobs.system_tables.serving_versions``)."""
+    does not (``loglake.lake.system_tables.serving_versions``)."""
     if _session_metadata(spark):
         yield
     else:

@@ -34,7 +34,7 @@ from loglake.jobs.summaries import RebuildSummary
 from loglake.kafka.admin import dataset_bounds
 from loglake.ledger.planning import Plan
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
-from loglake.speed.streams import SpeedStream
+from loglake.speed.control import SpeedStream
 
 LAYERS = ("batch", "speed", "latest")
 

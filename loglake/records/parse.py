@@ -25,8 +25,8 @@ from loglake.core.config import Dataset, FieldSpec
 from loglake.core.errors import KafkaUnavailableError, SetupError
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import read_records
-from spark_jobs import decode
-from spark_jobs.decode import reason as _reason
+from loglake.records import decode
+from loglake.records.decode import reason as _reason
 
 PROVENANCE = contracts.PROVENANCE.names
 

@@ -81,7 +81,7 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     # One writer per dataset: the lease is taken before the JVM starts (a job that waits
     # costs no memory) and held until the session stopped. The session is opened inside it:
     # the shared application's slot and quality gate come after the lease (the order of
-    # locks in spark_jobs/server.py), never before.
+    # locks in loglake.jobs.server), never before.
     lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
              if job in WRITERS else nullcontext())
     t0 = time.monotonic()

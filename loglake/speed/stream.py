@@ -45,256 +45,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from loglake.core.config import Config, Dataset
-from loglake.core.errors import DataLossError, StreamRunningError
-from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
+from loglake.core.errors import StreamRunningError
+from loglake.core.offsets import parse_spark_offsets
 from loglake.jobs.summaries import SpeedSummary
-from loglake.kafka.admin import PositionCommitter, dataset_bounds, list_topics, log_bounds
-from loglake.ledger.leases import StreamLease, stream_lease, wait_while_paused
-from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
+from loglake.kafka.admin import PositionCommitter, dataset_bounds
+from loglake.ledger.leases import StreamLease, stream_lease
 from loglake.ledger.snapshots import speed_txn_app
-from loglake.ledger.tables import landed_positions
 from loglake.observe import series
 from loglake.schemaregistry.resolve import Follower
+from loglake.lake import delta_io, evolution
+from loglake.records import parse
+from loglake.records.kafka_source import source_options
+from loglake.speed.checkpoint import checkpoint_position, has_offsets, planned_span, set_aside
+from loglake.speed.position import check_gaps, resume_offsets
 from loglake.speed.sizing import Sizing, size_micro_batches
-from spark_jobs import delta_io, evolution, parse
-from spark_jobs.kafka_source import source_options
-
-
-def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
-                  batch_id: int, schema_version: int | None = None, topic: str | None = None,
-                  replay_possible: bool = True, small: bool = False, max_offsets: int | None = None,
-                  lease: StreamLease | None = None) -> dict | None:
-    """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
-    Returns what it wrote (``records`` valid, ``quarantined`` per reason code), None for a
-    replayed micro-batch whose rows had landed (its first run counted them).
-
-    Events: one pass reads the batch, validates it and appends the valid rows while
-    counting the quarantined ones and carrying them to the driver while they are few
-    (``parse.counted``); those are then appended to quarantine by delta-rs (a Spark commit
-    costs a few hundred milliseconds more). Only beyond that bound does a
-    second pass (which re-reads the batch but validates only the quarantined offsets the
-    first one noted) append them. No cache: a micro-batch never sits in memory twice. Changelogs
-    use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
-    a crash whose valid rows had landed skips the count (the append would be skipped, so
-    nothing would be counted) and appends its quarantine unless that landed too. Only a
-    query's first micro-batch can be such a replay (``replay_possible``; Spark runs each later
-    one once, in order, and one query runs per checkpoint: ``run_speed`` holds the dataset's
-    ``stream_lease``): the others neither read the tables' logs for it nor ask Delta to check
-    their transaction id, which costs a reconstruction of the table's state per commit
-    (``delta_io.append_idempotent``) — except on an object store, where the lease is no fence
-    and every micro-batch is checked (``leases.StreamLease.checked``; the module's docstring
-    says why that is exact). Each commit records (stream, batch) and
-    ``schema_version`` (the version of the dataset's schema it validated under). ``lease``: the
-    stream's, renewed (or found lost: ``StreamRunningError``) once the batch may commit.
-    """
-    # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
-    # stream to hold its appends meanwhile (loglake.ledger.leases.appends_paused): hold this batch.
-    waited, request = wait_while_paused(config, ds.name)
-    if request is not None:
-        print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
-              file=sys.stderr, flush=True)
-    if lease is not None:
-        lease.check()  # after a wait of any length: a stream whose lease was taken meanwhile stops here
-    speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
-    # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
-    # paying its fixed part, for a ``small`` micro-batch. Coalesced to the cores (no shuffle),
-    # it writes fewer files sooner (a big one keeps a task per Kafka partition: there the
-    # tasks' fetches overlap the others' work).
-    if small:
-        batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
-    validated = parse.validate(batch, ds)
-    meta = None if schema_version is None else {"loglake_schema_version": schema_version}
-    if ds.kind == "changelog":
-        validated = validated.persist()
-    # Delta checks (app_id, batch_id) only where a replay is possible: at a cost (delta_io).
-    checked = replay_possible
-    wrote = None
-    try:
-        landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
-        if landed is not None and landed >= batch_id:
-            in_quarantine = delta_io.committed_version(quarantine_path, app_id)
-            if in_quarantine is None or in_quarantine < batch_id:
-                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
-                                           batch_id, meta, ds.stats_columns)
-        else:
-            # A micro-batch holds at most ``max_offsets`` offsets (the stream's cap, sized at its
-            # start; else speed.max_offsets_per_trigger): note bad ones one by one below the
-            # limit, else a window per partition (bounded either way).
-            cap = max_offsets if max_offsets is not None else config.profile.speed.max_offsets_per_trigger
-            exact = cap <= parse.EXACT_BAD_LIMIT
-            observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
-            delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
-                                       app_id, batch_id, meta, ds.stats_columns, checked=checked)
-            counts = observation.get
-            wrote = {"records": counts["records"], "quarantined": {}}
-            if counts["quarantined"]:
-                # The few carried rows go in by delta-rs (no Spark job: this commit is a micro-batch's
-                # second); more, or no table yet, by Spark.
-                carried = parse.carried_arrow(counts, "speed")
-                wrote["quarantined"] = parse.reason_counts(counts)
-                if carried is None or not delta_io.append_arrow(carried, quarantine_path, app_id, batch_id, meta,
-                                                                checked=checked):
-                    bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
-                    bad, reasons = parse.observe_reasons(bad, counts["codes"])
-                    delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
-                                               checked=checked)
-                    if wrote["quarantined"] is None:
-                        wrote["quarantined"] = reasons()
-        if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
-            changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
-            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
-                                  ds.stats_columns, checked=checked)
-    finally:
-        if ds.kind == "changelog":
-            validated.unpersist()
-    return wrote
-
-
-def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str,
-                   partitions: int | None = None) -> str:
-    """Starting offsets for a *new* checkpoint: after what the tables already hold.
-
-    If the checkpoint was lost but the speed tables survive, starting from the earliest
-    offset would duplicate rows; instead resume each partition after its highest landed
-    offset (speed or speed-quarantine), and never below its batch watermark: maintenance
-    expires the speed rows below it, so a partition may hold none yet be covered up to
-    there (an accepted loss counts as covered: the stream resumes after it). Partitions
-    with neither start at earliest.
-    """
-    highest = landed_positions(config, ds, topic)
-    covered = batch_watermarks(config, ds) if topic == ds.topic else {}
-    if not highest and not covered:
-        return "earliest"
-    if partitions is None:
-        partitions = list_topics(config).get(topic, 0)
-    starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(partitions)}
-    # -2 means "earliest" in Spark's offsets JSON.
-    return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
-
-
-def speed_gaps(spark: SparkSession, config: Config, ds: Dataset,
-               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
-    """``(partition, position, earliest, accepted)`` for each partition whose next offset to
-    read is no longer in the log: Kafka deleted it before the speed layer read it.
-    ``accepted``: an operator recorded the loss (``loglake accept-loss``).
-
-    The position is where the next run reads from: the checkpoint's, when it has one (Spark
-    resumes there, whatever else says otherwise), else one past the highest offset the
-    tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
-    group's record: it follows the checkpoint asynchronously and may be missing or behind.
-    """
-    earliest = {p: lo for p, (lo, _hi) in (bounds or log_bounds(config, ds.topic)).items()}
-    rows = ledger_rows(config, ds)
-    published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
-    with_lost = compute_watermarks(rows, earliest)
-    positions = checkpoint_position(spark, config.checkpoint_path(ds), ds.topic)
-    if positions is None:
-        positions = landed_positions(config, ds, ds.topic)
-    out = []
-    for p, pos in sorted(positions.items()):
-        pos = max(pos, published.get(p, -1))
-        if pos < earliest.get(p, 0):
-            out.append((p, pos, earliest[p], with_lost.get(p, -1) >= earliest[p]))
-    return out
-
-
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset,
-               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
-    """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns the
-    accepted gaps (``speed_gaps``'): any means a new checkpoint (Spark's would still point
-    into the gap). ``bounds``: ``log_bounds`` of the topic, if the caller just read them."""
-    gaps = speed_gaps(spark, config, ds, bounds)
-    unaccepted = [g for g in gaps if not g[3]]
-    if unaccepted:
-        p, pos, lo, _ = unaccepted[0]
-        others = "".join(f", {ds.topic}[{q}] offsets [{a}, {b})" for q, a, b, _ in unaccepted[1:])
-        partition = f"--partition {p} " if len(unaccepted) == 1 else ""
-        raise DataLossError(ds.topic, p, pos, lo, f"{others.lstrip(', ') + ' too; ' if others else ''}retention "
-                            "deleted them before the speed layer read them; the stream waits until an operator "
-                            f"records the loss: loglake accept-loss {ds.name} {partition}--reason TEXT "
-                            "(or the loglake_accept_loss DAG)")
-    return gaps
-
-
-def is_data_loss(error: BaseException) -> bool:
-    """Spark's Kafka source failed because offsets it must read were deleted."""
-    text = " ".join(str(x) for x in (error, getattr(error, "_stackTrace", ""), error.__cause__) if x)
-    return ("KAFKA_DATA_LOSS" in text or "Some data may have been lost" in text or "OffsetOutOfRange" in text
-            or "KafkaIllegalStateException" in text)
-
-
-def checkpoint_position(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int] | None:
-    """Per partition, the offset a query on ``checkpoint`` reads next: the end of its last
-    committed micro-batch, or (none committed yet) the offsets it started from; None when
-    the checkpoint holds neither."""
-    fs, path = _fs(spark, checkpoint)
-    commits = _numbered(fs, path(f"{checkpoint}/commits"))
-    if commits:
-        return _planned_ends(spark, fs, path, checkpoint, topic, commits[-1])
-    return _initial_offsets(spark, fs, path, checkpoint, topic)
-
-
-def planned_span(spark: SparkSession, checkpoint: str, topic: str, batch_id: int) -> int | None:
-    """How many offsets micro-batch ``batch_id`` of the query on ``checkpoint`` spans, from
-    Spark's offset log: its planned ends less the previous micro-batch's (or, the first, the
-    query's initial offsets). None when the log does not say."""
-    fs, path = _fs(spark, checkpoint)
-    ends = _planned_ends(spark, fs, path, checkpoint, topic, batch_id)
-    starts = (_planned_ends(spark, fs, path, checkpoint, topic, batch_id - 1) if batch_id > 0
-              else _initial_offsets(spark, fs, path, checkpoint, topic))
-    if ends is None or starts is None:
-        return None
-    return sum(max(0, e - starts.get(p, 0)) for p, e in ends.items())
-
-
-def _planned_ends(spark: SparkSession, fs, path, checkpoint: str, topic: str, batch_id: int) -> dict[int, int] | None:
-    return _topic_offsets(_read_text(spark, fs, path(f"{checkpoint}/offsets/{batch_id}")), topic)
-
-
-def _initial_offsets(spark: SparkSession, fs, path, checkpoint: str, topic: str) -> dict[int, int] | None:
-    """The Kafka source's initial offsets (its first micro-batch starts there)."""
-    initial = _numbered(fs, path(f"{checkpoint}/sources/0"))
-    return _topic_offsets(_read_text(spark, fs, path(f"{checkpoint}/sources/0/{initial[0]}")) if initial else None,
-                          topic)
-
-
-def _topic_offsets(text: str | None, topic: str) -> dict[int, int] | None:
-    """``topic``'s offsets in an offset-log file ("v1", then metadata, then one line per source)."""
-    if text is None:
-        return None
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and f'"{topic}"' in line:
-            found = parse_spark_offsets(line).get(topic, {})
-            # -2/-1 stand for earliest/latest: nothing read yet, no position.
-            return {p: o for p, o in found.items() if o >= 0}
-    return None
-
-
-def _fs(spark: SparkSession, location: str):
-    """The Hadoop file system of ``location`` (a checkpoint: local, HDFS or an object store),
-    and the constructor of its paths."""
-    jvm = spark._jvm
-    fs = jvm.org.apache.hadoop.fs.Path(location).getFileSystem(spark._jsc.hadoopConfiguration())
-    return fs, jvm.org.apache.hadoop.fs.Path
-
-
-def _numbered(fs, directory) -> list[int]:
-    """The numbered files of a checkpoint directory (micro-batch ids), ascending."""
-    if not fs.exists(directory):
-        return []
-    names = [status.getPath().getName() for status in fs.listStatus(directory)]
-    return sorted(int(n) for n in names if n.isdigit())
-
-
-def _read_text(spark: SparkSession, fs, path) -> str | None:
-    if not fs.exists(path):
-        return None
-    stream = fs.open(path)
-    try:
-        return spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+from loglake.speed.writer import process_batch
 
 
 # A micro-batch of at most this many records is coalesced to the cores (``process_batch``).
@@ -372,8 +137,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     bounds = None
     if topic == ds.topic:
         bounds = dataset_bounds(config, ds)
-        if check_gaps(spark, config, ds, bounds) and _checkpoint_has_offsets(spark, checkpoint):
-            _set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+        if check_gaps(spark, config, ds, bounds) and has_offsets(spark, checkpoint):
+            set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
     # A registry format's subject is followed while data flows: its fields read now, and again
     # before each micro-batch when the subject gained a version (loglake.schemaregistry.resolve).
     follower = Follower(config, ds) if ds.in_registry else None
@@ -385,7 +150,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
     now = {"ds": ds, "schema_version": schema_version}
     speed = config.profile.speed
-    fresh = not _checkpoint_has_offsets(spark, checkpoint)
+    fresh = not has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
     delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
@@ -452,20 +217,6 @@ def _say_refused(ds: Dataset) -> None:
     if ds.registry.refused:
         print(f"loglake: speed {ds.name}: {ds.registry.refused}; records written with it are quarantined as "
               "incompatible_schema", file=sys.stderr, flush=True)
-
-
-def _set_aside(spark: SparkSession, checkpoint: str) -> None:
-    """Rename a checkpoint to ``<checkpoint>.before-loss-<time>`` (kept for inspection)."""
-    fs, path = _fs(spark, checkpoint)
-    target = path(f"{checkpoint}.before-loss-{time.strftime('%Y%m%dT%H%M%S')}")
-    fs.rename(path(checkpoint), target)
-    print(f"loglake: speed {checkpoint}: position in an accepted loss; checkpoint set aside as {target}; "
-          f"resuming after the loss", file=sys.stderr, flush=True)
-
-
-def _checkpoint_has_offsets(spark: SparkSession, checkpoint: str) -> bool:
-    fs, path = _fs(spark, checkpoint)
-    return bool(_numbered(fs, path(f"{checkpoint}/offsets")))
 
 
 def batch_records(progress: dict, topic: str) -> int:
