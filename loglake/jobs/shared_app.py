@@ -1,17 +1,15 @@
 """The shared Spark application (``spark_jobs/server.py``) from the outside: start, stop,
 state, and running a job in it.
 
-``loglake up`` starts it (``loglake.jobs.launch.start_shared_application``) beside the speed streams (``spark.shared_application`` in the
-profile, on by default) as the supervised background process ``spark-jobs``; the Airflow
-operators and the CLI's jobs (``loglake.jobs.launch.run_job``) send their batch, quality,
-maintenance, rebuild and replay jobs to it when it answers, and run them under their own
-spark-submit when it does not (not started, stopped, or started for other settings or
-code). A job sent while it is starting (its process runs, it does not answer yet: just
-started by ``loglake up``, or restarted by its supervisor) waits for it, up to
-``LOGLAKE_SPARK_JOBS_START_WAIT`` seconds, then runs under spark-submit. The summary is
-the same either way; the job's output lines come back to the caller (the task log, the
-CLI's job log).
-"""
+``loglake up`` starts it (``loglake.jobs.launch.start_shared_application``) beside the speed streams
+(``spark.shared_application`` in the profile, on by default) as the supervised background process
+``spark-jobs``; the Airflow operators and the CLI's jobs (``loglake.jobs.launch.run_job``) send
+their batch, quality, maintenance, rebuild and replay jobs to it when it answers, and run them under
+their own spark-submit when it does not (not started, stopped, or started for other settings or
+code). A job sent while it is starting (its process runs, it does not answer yet: just started by
+``loglake up``, or restarted by its supervisor) waits for it, up to
+``LOGLAKE_SPARK_JOBS_START_WAIT`` seconds, then runs under spark-submit. The summary is the same
+either way; the job's output lines come back to the caller (the task log, the CLI's job log). """
 
 from __future__ import annotations
 

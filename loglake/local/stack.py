@@ -278,7 +278,7 @@ class ProcessState:
 def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]] | None, bool]:
     """Every process of the platform, the local cluster's own status (ok, lines; None without
     one), and whether Kafka runs."""
-    if config.profile.deployment.services_command:
+    if config.profile.deployment.elsewhere:
         return deployment_services(config), None, True
     rows: list[ProcessState] = []
     cluster_lines = None
@@ -326,7 +326,7 @@ def processes(config: Config) -> tuple[list[ProcessState], tuple[bool, list[str]
 
 def _here(config: Config, action: str) -> None:
     """``up`` and ``down`` act on this host's processes: refused where the profile's run elsewhere."""
-    if config.profile.deployment.services_command:
+    if config.profile.deployment.elsewhere:
         raise ConfigError(f"this profile's processes run in a deployment (deployment.services_command: "
                           f"{' '.join(config.profile.deployment.services_command)}): `loglake {action}` starts and "
                           "stops this host's own; use the deployment's (for the compose stack: python docker/stack.py "
@@ -378,7 +378,7 @@ def status(config: Config, as_json: bool = False) -> int:
     line = registry_line(config)
     if line is not None:
         print(line)
-    if exporter.serves(config) and not config.profile.deployment.services_command:  # else: one of its services
+    if exporter.serves(config) and not config.profile.deployment.elsewhere:  # else: one of its services
         print(f"metrics: {exporter.url(config)}")
 
     print("datasets (per partition: log end, speed position and lag, batch watermark):")

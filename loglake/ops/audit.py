@@ -293,6 +293,79 @@ def _versions(snap, layer: str) -> tuple[int | None, int | None]:
     return snap.version("speed"), snap.version("quarantine")
 
 
+class _TableReads:
+    """The offsets each of a dataset's tables holds, per partition, read once per (table, version).
+    ``rows(layer, version)``: the layer's own table (a changelog's batch table with its keys);
+    ``quarantined(layer, version)``: that layer's part of the quarantine table."""
+
+    def __init__(self, config: Config, ds: Dataset):
+        self.config, self.ds = config, ds
+        self._read: dict[tuple[str, str, int | None], dict] = {}
+
+    def _offsets(self, path: str, where: str, extra: str, version: int | None) -> dict:
+        if (path, where, version) not in self._read:
+            self._read[path, where, version] = _table_offsets(self.config, path, self.ds.topic, where, extra, version)
+        return self._read[path, where, version]
+
+    def rows(self, layer: str, version: int | None) -> dict:
+        keys = self.ds.key if layer == "batch" and self.ds.kind == "changelog" else ""
+        return self._offsets(self.config.table_path(self.ds, layer), "", keys, version)
+
+    def quarantined(self, layer: str, version: int | None) -> dict:
+        return self._offsets(self.config.table_path(self.ds, "quarantine"), f" AND \"_layer\" = '{layer}'", "",
+                             version)
+
+
+def _coverage_rows(ds: Dataset, snaps: dict, plans: dict, bounds: dict, after: dict, log: dict, tables: _TableReads,
+                   sample: int, watermarks: dict, positions: dict, notes: list[str]) -> list[AuditRow]:
+    """One row per partition, layer and point (served, newest): its offsets checked against the
+    log; the newest versions only where they differ from the served ones. What a row cannot
+    say (retention moved during the audit, no watermark or position yet) goes to ``notes``."""
+    served = snaps["served"]
+    empty = np.zeros(0, np.int64)
+    rows = []
+    for point, s in snaps.items():
+        for p, ranges in plans[point].items():
+            lo_now = after.get(p, bounds[p])[0]
+            for layer in ("batch", "speed"):
+                start, end = ranges[layer]
+                versions = _versions(s, layer)
+                if point == "newest" and (versions, (start, end)) == (_versions(served, layer),
+                                                                     plans["served"][p][layer]):
+                    continue  # the newest versions are the served ones: checked once
+                if lo_now > start:
+                    if point == "served":
+                        notes.append(f"[{p}] retention moved the earliest offset to {lo_now} during the audit; "
+                                     f"{layer} checked from there")
+                    start, end = lo_now, max(lo_now, end)
+                own = tables.rows(layer, versions[0]).get(p, {"offsets": empty, "x": []})
+                quarantined = tables.quarantined(layer, versions[1]).get(p, {"offsets": empty})["offsets"]
+                cov = _check(ds, layer, log[p], start, end,
+                             {"rows": own["offsets"], "state": own, "quarantine": quarantined})
+                rows.append(_row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
+            if point == "served" and watermarks.get(p) is None:
+                notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
+            if point == "served" and positions.get(p) is None:
+                notes.append(f"[{p}] no speed position committed yet: speed part empty")
+    return rows
+
+
+def _foreign_commits(config: Config, ds: Dataset, newest_snap, notes: list[str]) -> dict:
+    """Per table, the commits loglake did not make since the version it serves (noted)."""
+    foreign = {}
+    for layer in ("batch", "quarantine"):
+        found = unserved_foreign_commits(config, ds, layer, newest_snap.ledger, newest_snap.version(layer))
+        if found and found[1]:
+            table = getattr(ds.tables, layer)
+            foreign[table] = found[1]
+            commits = ", ".join(f"v{c['version']} {c['operation']} by {c['engine']} at {c['timestamp']}"
+                                for c in found[1])
+            since = "its creation" if found[0] is None else f"the served version {found[0]}"
+            notes.append(f"{table}: commits loglake did not make since {since}: {commits}; "
+                         f"not served, and the next publish refuses them (loglake history {table})")
+    return foreign
+
+
 def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample: int = 20,
                   record: bool = True) -> AuditResult:
     """Audit every partition of ``ds`` at the versions readers are served and at the tables'
@@ -313,71 +386,24 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     snaps["newest"] = newest(config, ds)
     busy = holders(config, [ds.name]).get(ds.name)
     snap = snaps["served"]
-    wms = snap.watermarks(earliest)
     plans = {point: _plan_ranges(bounds, positions, s.watermarks(earliest)) for point, s in snaps.items()}
-    changelog = ds.kind == "changelog"
-    quarantine = config.table_path(ds, "quarantine")
-    read: dict[tuple, dict] = {}
-
-    def offsets(what: str, version: int | None) -> dict:
-        """A table's offsets at ``version``, read once per version."""
-        if (what, version) not in read:
-            path, where, extra = {
-                "batch": (config.table_path(ds, "batch"), "", ds.key if changelog else ""),
-                "speed": (config.table_path(ds, "speed"), "", ""),
-                "q_batch": (quarantine, " AND \"_layer\" = 'batch'", ""),
-                "q_speed": (quarantine, " AND \"_layer\" = 'speed'", ""),
-            }[what]
-            read[what, version] = _table_offsets(config, path, ds.topic, where, extra, version)
-        return read[what, version]
-
-    for s in snaps.values():
+    tables = _TableReads(config, ds)
+    for s in snaps.values():  # every table read before the log (the commit order above)
         for layer in ("batch", "speed"):
             table_version, quarantine_version = _versions(s, layer)
-            offsets(layer, table_version)
-            offsets(f"q_{layer}", quarantine_version)
+            tables.rows(layer, table_version)
+            tables.quarantined(layer, quarantine_version)
     log_started = time.monotonic()
     log = read_log(config, ds.topic, {p: (min(pl[p]["batch"][0] for pl in plans.values()),
                                           max(pl[p]["speed"][1] for pl in plans.values())) for p in bounds},
-                   keys=changelog)
+                   keys=ds.kind == "changelog")
     log_seconds = time.monotonic() - log_started
     # Retention may have deleted offsets while we read: check only what is still retained.
     after = log_bounds(config, ds.topic)
-    notes = []
-    rows = []
-    empty = np.zeros(0, np.int64)
-    for point, s in snaps.items():
-        for p, ranges in plans[point].items():
-            lo_now = after.get(p, bounds[p])[0]
-            for layer in ("batch", "speed"):
-                start, end = ranges[layer]
-                versions = _versions(s, layer)
-                if point == "newest" and (versions, (start, end)) == (_versions(snap, layer), plans["served"][p][layer]):
-                    continue  # the newest versions are the served ones: checked once
-                if lo_now > start:
-                    if point == "served":
-                        notes.append(f"[{p}] retention moved the earliest offset to {lo_now} during the audit; "
-                                     f"{layer} checked from there")
-                    start, end = lo_now, max(lo_now, end)
-                own = offsets(layer, versions[0]).get(p, {"offsets": empty, "x": []})
-                quarantined = offsets(f"q_{layer}", versions[1]).get(p, {"offsets": empty})["offsets"]
-                cov = _check(ds, layer, log[p], start, end,
-                             {"rows": own["offsets"], "state": own, "quarantine": quarantined})
-                rows.append(_row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
-            if point == "served" and wms.get(p) is None:
-                notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
-            if point == "served" and positions.get(p) is None:
-                notes.append(f"[{p}] no speed position committed yet: speed part empty")
-    foreign = {}
-    for layer in ("batch", "quarantine"):
-        found = unserved_foreign_commits(config, ds, layer, snaps["newest"].ledger, snaps["newest"].version(layer))
-        if found and found[1]:
-            foreign[getattr(ds.tables, layer)] = found[1]
-            commits = ", ".join(f"v{c['version']} {c['operation']} by {c['engine']} at {c['timestamp']}"
-                                for c in found[1])
-            since = "its creation" if found[0] is None else f"the served version {found[0]}"
-            notes.append(f"{getattr(ds.tables, layer)}: commits loglake did not make since {since}: {commits}; "
-                         f"not served, and the next publish refuses them (loglake history {getattr(ds.tables, layer)})")
+    notes: list[str] = []
+    rows = _coverage_rows(ds, snaps, plans, bounds, after, log, tables, sample, snap.watermarks(earliest), positions,
+                          notes)
+    foreign = _foreign_commits(config, ds, snaps["newest"], notes)
     newest_bad = [r for r in rows if r.point == "newest" and not r.ok]
     if newest_bad and busy:
         notes.append(f"{ds.name} was being written while its newest versions were read "

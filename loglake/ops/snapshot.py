@@ -69,6 +69,6 @@ def platform(config: Config, processes, kafka_up: bool) -> dict:
 
     found, errors = datasets(config, kafka_up)
     # A deployment's exporter is one of its services: its address here would be this host's.
-    local = exporter.serves(config) and not config.profile.deployment.services_command
+    local = exporter.serves(config) and not config.profile.deployment.elsewhere
     return {"at": datetime.now(timezone.utc).isoformat(), "metrics": exporter.url(config) if local else None,
             "processes": [asdict(p) for p in processes], "datasets": found, "errors": errors}

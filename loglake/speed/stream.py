@@ -1,10 +1,11 @@
 """The speed layer: Kafka → parse/validate/transform → Delta, exactly once, per micro-batch.
 
-The stream itself, shared by the speed job (``spark_jobs/speed.py``, under spark-submit:
-``loglake speed start|run``), the rebuild job and in-process callers (``run_speed``). Each micro-batch writes valid rows to ``speed.<dataset>`` and the rest to
-``quarantine.<dataset>``, both as Delta appends tied to (stream id, batch id): a batch
-replayed after a crash is skipped by Delta instead of written twice. Only after the batch
-is committed does the stream record its position in the dataset's Kafka consumer group.
+The stream itself, shared by the speed job (``spark_jobs/speed.py``, under spark-submit: ``loglake
+speed start|run``), the rebuild job and in-process callers (``run_speed``). Each micro-batch writes
+valid rows to ``speed.<dataset>`` and the rest to ``quarantine.<dataset>``, both as Delta appends
+tied to (stream id, batch id): a batch replayed after a crash is skipped by Delta instead of written
+twice. Only after the batch is committed does the stream record its position in the dataset's Kafka
+consumer group.
 
 Exactly once with more than one stream of a dataset on an object store (a stream paused past
 its lease's life while another took over, a host whose clock runs ahead, two replicas of one

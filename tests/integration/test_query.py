@@ -10,7 +10,7 @@ import pytest
 
 import loglake
 from loglake.serving.arrow import sql as arrow_sql
-from loglake.cli import render_rows
+from loglake.cli.queries import render_rows
 from loglake.core.config import load_config
 from loglake.core.errors import ParamError
 from loglake.ledger.planning import plan_batch
@@ -206,7 +206,7 @@ SAME = [
 
 
 def test_both_engines_give_the_same_rows(spark, both):
-    from loglake.cli import arrow_rows, spark_rows
+    from loglake.cli.queries import arrow_rows, spark_rows
 
     config, between = both
     for sql, as_of in [(sql, None) for sql in SAME] + [(SAME[0], between), (SAME[7], between)]:

@@ -274,6 +274,11 @@ class DeploymentSettings(_Strict):
             raise ValueError("expected a command as a list of words, e.g. [python, docker/stack.py, services, --json]")
         return v
 
+    @property
+    def elsewhere(self) -> bool:
+        """Whether the platform's processes run in a deployment, not on this host."""
+        return self.services_command is not None
+
 
 class Profile(_Strict):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
