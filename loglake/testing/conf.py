@@ -22,6 +22,13 @@ from loglake.core.config import Config, load_config
 # back on 2 cores; benchmarks and soak keep the default, the JVM as users run it.
 JAVA_OPTIONS = ""
 
+# The partition count of every dataset of a conf written here, instead of its repo file's (a test's
+# ``datasets`` still overrides it); None keeps the repo's (job_views 6, company_ceos 3). The test
+# suite sets 2 (tests/conftest.py): every test still reads and writes more than one partition, and
+# each Kafka read, Delta write and audit has a third of the tasks and files; benchmarks and soak
+# keep the repo's counts.
+PARTITIONS: int | None = None
+
 # What a config names as its broker when it needs none (a Spark session's settings, Airflow's
 # environment): port 9 is "discard", where no broker ever answers.
 NO_BROKER = "localhost:9"
@@ -75,6 +82,8 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     for src in (paths.REPO_ROOT / "conf" / "datasets").glob("*.yaml"):
         data = yaml.safe_load(src.read_text())
         data["topic"] = f"{src.stem}-{suffix}"
+        if PARTITIONS:
+            data["partitions"] = PARTITIONS
         data.update((datasets or {}).get(src.stem, {}))
         (conf / "datasets" / src.name).write_text(yaml.safe_dump(data, sort_keys=False))
         code = src.with_suffix(".py")  # the dataset's transform beside it
