@@ -29,8 +29,9 @@ parsed), for every dataset in `conf/datasets`:
 
 Datasets are recomputed one at a time unless `LOGLAKE_BATCH_PARALLELISM` says more.
 A dataset whose unrecomputed offsets Kafka already deleted stops alone: the others run,
-and **data_loss** then fails the run naming topic, partition and offsets, until an
-operator records the loss (`loglake accept-loss` or the `loglake_accept_loss` DAG).
+and **stopped_datasets** then fails the run naming topic, partition and offsets, until an
+operator records the loss (`loglake accept-loss` or the `loglake_accept_loss` DAG). A dataset
+whose conf changes its schema in a way its tables cannot take stops the same way.
 
 No catch-up: a run always plans from the watermark, so a skipped interval loses nothing.
 One run at a time.
@@ -45,7 +46,7 @@ from airflow.sdk import DAG, task
 
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import write_audit_publish
-from loglake_airflow.plans import batch_args, fail_on_losses
+from loglake_airflow.plans import batch_args, fail_on_stopped
 
 with DAG(
     dag_id="loglake_batch",
@@ -57,16 +58,16 @@ with DAG(
     @task(execution_timeout=timedelta(minutes=10))
     def plan(**context) -> list[list[str]]:
         """Plan [W_p, end) per partition of every dataset: the batch job's arguments per non-empty
-        plan; the datasets stopped by a data loss go to XCom ``losses``."""
+        plan; the datasets stopped by a data loss or a schema change go to XCom ``stopped``."""
         planned = batch_args(f"{context['dag'].dag_id}/{context['run_id']}")
-        context["ti"].xcom_push(key="losses", value=planned["losses"])
+        context["ti"].xcom_push(key="stopped", value=planned["stopped"])
         return planned["args"]
 
     @task(execution_timeout=timedelta(minutes=5))
-    def data_loss(**context) -> None:
-        """Fail the run naming every dataset that lost offsets (the others ran)."""
-        fail_on_losses(context["ti"].xcom_pull(task_ids="plan", key="losses") or [])
+    def stopped_datasets(**context) -> None:
+        """Fail the run naming every dataset that stopped, and why (the others ran)."""
+        fail_on_stopped(context["ti"].xcom_pull(task_ids="plan", key="stopped") or [])
 
     planned = plan()
     write_audit_publish.expand(args=planned)
-    planned >> data_loss()
+    planned >> stopped_datasets()

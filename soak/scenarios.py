@@ -363,8 +363,9 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
             planned = batch_args("r3/run")
         expect([a[a.index("--dataset") + 1] for a in planned["args"]] == ["company_ceos"],
                f"the batch plan with one dataset lost: {planned['args']}")
-        expect(len(planned["losses"]) == 1 and planned["losses"][0].startswith(f"job_views: data loss: {ds.topic}["),
-               f"the batch plan's losses: {planned['losses']}")
+        expect([(s["dataset"], s["kind"]) for s in planned["stopped"]] == [("job_views", "data_loss")]
+               and planned["stopped"][0]["message"].startswith(f"data loss: {ds.topic}["),
+               f"the batch plan's stopped datasets: {planned['stopped']}")
 
         # Nothing is skipped without a record.
         try:

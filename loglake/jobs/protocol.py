@@ -60,9 +60,7 @@ class JobRequest:
         if spec.needs_layer and not self.layer:
             raise ParamError("layer", f"the {self.job} job needs a layer (batch, speed, latest)")
         if spec.needs_run_id and not self.run_id:
-            why = {"quality": "the batch job's run id (its ledger rows)",
-                   "replay": "a run id (its batch ranges are recorded under it)"}.get(self.job, "a run id")
-            raise ParamError("run_id", f"the {self.job} job needs {why}")
+            raise ParamError("run_id", f"the {self.job} job needs {spec.run_id_is}")
 
     def argv(self) -> list[str]:
         """The job's command-line arguments (what spark-submit passes after the application)."""

@@ -31,8 +31,10 @@ class Job:
     ``summary``: the type of what it answers with when it succeeds; ``writes``: takes the
     dataset's writer lease while it runs (the speed stream appends beside the writers under a
     stream lease of its own); ``shared``: the shared Spark application runs it (a long-lived
-    stream does not); ``needs_plan``, ``needs_run_id``, ``needs_layer``: what its
-    ``JobRequest`` must carry.
+    stream does not); ``gated``: in the shared application, one at a time behind its quality
+    gate (Great Expectations keeps one file project under the state directory for every
+    dataset); ``needs_plan``, ``needs_run_id``, ``needs_layer``: what its ``JobRequest`` must
+    carry, ``run_id_is``: what its run id names, said when one is missing.
     """
 
     name: str
@@ -43,6 +45,8 @@ class Job:
     needs_plan: bool = False
     needs_run_id: bool = False
     needs_layer: bool = False
+    gated: bool = False
+    run_id_is: str = "a run id"
     about: str = ""
 
     @property
@@ -64,13 +68,13 @@ JOBS: dict[str, Job] = {j.name: j for j in (
     Job("batch", "loglake.batch.job", BatchSummary, writes=True, shared=True, needs_plan=True,
         about="recompute exact offset ranges"),
     Job("quality", "loglake.quality.job", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
-        about="validate a written range and publish it"),
+        gated=True, run_id_is="the batch job's run id (its ledger rows)", about="validate a written range and publish it"),
     Job("maintenance", "loglake.maintenance.job", MaintenanceSummary, writes=True, shared=True,
         about="expire, optimize and vacuum a dataset's tables"),
     Job("rebuild", "loglake.lifecycle.rebuild_job", RebuildSummary, writes=True, shared=True, needs_run_id=True,
         needs_layer=True, about="rebuild a table from the log"),
     Job("replay", "loglake.lifecycle.replay_job", ReplaySummary, writes=True, shared=True, needs_run_id=True,
-        about="re-admit quarantined records the current config accepts"),
+        run_id_is="a run id (its batch ranges are recorded under it)", about="re-admit quarantined records the current config accepts"),
 )}
 
 

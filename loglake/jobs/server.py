@@ -17,8 +17,8 @@ Each job runs in a thread of its own with a Spark session of its own
 the SparkContext, the JVM and Delta's caches are shared) and a job group, cancelled when
 the client goes away (an Airflow task killed or timed out). Jobs of different datasets run
 side by side up to ``LOGLAKE_SPARK_JOBS_CONCURRENCY`` (2); each dataset's writers still
-take turns through the dataset's lease (``loglake.ledger.leases``), and quality jobs one at a
-time (Great Expectations keeps one file project under the state directory for every dataset).
+take turns through the dataset's lease (``loglake.ledger.leases``), and the jobs the registry
+marks ``gated`` (quality) one at a time behind the quality gate.
 SIGTERM stops it: running jobs are cancelled (their clients see a transient failure and
 retry), the session is stopped.
 
@@ -213,7 +213,7 @@ class Server:
         waited = time.monotonic()
         with self._taken(self.slots, gone, request.dataset, "a free slot"), \
                 (self._taken(self.quality_gate, gone, request.dataset, "the quality gate")
-                 if request.job == "quality" else nullcontext()):
+                 if registry.job(request.job).gated else nullcontext()):
             queued["seconds"] = round(time.monotonic() - waited, 3)
             session = self.spark.newSession()
             sc = self.spark.sparkContext

@@ -145,21 +145,30 @@ class EmbeddedRegistry:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process.start(self.command())
         try:
-            wait_for(lambda: self.answers() or self._died(), timeout, f"the schema registry at {self.url}",
-                     log=self.process)
+            # Another server on the port is seen at once, not when the JVM gives up binding it (a
+            # minute and more on a busy machine).
+            wait_for(lambda: self.answers() or self._died() or self._port_taken(), timeout,
+                     f"the schema registry at {self.url}", log=self.process)
         except ProcessError:
             self.stop()
             raise
         if not self.answers():
             tail = self.log_path.read_text(errors="replace")[offset:].strip().splitlines()[-15:]
-            if port_open(self.port) or any("Address already in use" in line or "Port already bound" in line
-                                           for line in tail):
+            taken = self._port_taken() or port_open(self.port) or any(
+                "Address already in use" in line or "Port already bound" in line for line in tail)
+            self.stop()
+            if taken:
                 raise PortInUseError(f"the schema registry's port {self.port} was taken before it bound it", self.port)
             raise ProcessError(f"the schema registry exited at start; last lines of {self.log_path}:\n"
                                + "\n".join(tail))
 
     def _died(self) -> bool:
         return not self.is_running()
+
+    def _port_taken(self) -> bool:
+        """Another server listens on the port while the process started here does not (asked in
+        this order: a port the process binds meanwhile is its own)."""
+        return port_open(self.port) and not self.holds_port()
 
     def stop(self, timeout: float = 30.0) -> bool:
         return self.process.stop(timeout)

@@ -31,15 +31,17 @@ def job_args(plan, run_id: str) -> list[str]:
 def batch_args(run_id: str) -> dict[str, list]:
     """Plan every dataset from its batch watermark to the log end (``plan_batch``).
 
-    ``{"args": [...], "losses": [...]}``: the batch job's arguments per non-empty plan, and
-    the data-loss errors of datasets that cannot continue until an operator accepts the
-    loss — those stop alone; the other datasets run (``fail_on_losses`` then fails the run).
+    ``{"args": [...], "stopped": [...]}``: the batch job's arguments per non-empty plan, and
+    the datasets that cannot continue until an operator acts, each ``{"dataset", "kind",
+    "message"}`` (``kind``: ``data_loss``, offsets Kafka deleted before they were read, or
+    ``schema_change``, a conf its tables cannot take) — those stop alone; the other datasets
+    run (``fail_on_stopped`` then fails the run).
     """
     from loglake.core.errors import DataLossError, SchemaChangeError
 
     hook = LoglakeHook()
     topics = hook.topics()
-    out, losses = [], []
+    out, stopped = [], []
     for ds in hook.config.datasets.values():
         try:  # a breaking schema change or a data loss stops its dataset alone, before anything runs
             hook.checked_dataset(ds.name)
@@ -49,22 +51,36 @@ def batch_args(run_id: str) -> dict[str, list]:
             plan = hook.plan_batch(ds)
         except (SchemaChangeError, DataLossError) as e:
             log.error("%s: %s", ds.name, e)
-            losses.append(f"{ds.name}: {e}")
+            stopped.append(stopped_dataset(ds.name, e))
             continue
         log.info("%s", plan.describe())
         if plan.empty:
             log.info("%s: nothing to recompute (the batch layer is at the log end)", ds.name)
             continue
         out.append(job_args(plan, run_id))
-    return {"args": out, "losses": losses}
+    return {"args": out, "stopped": stopped}
 
 
-def fail_on_losses(losses: list[str]) -> None:
-    """Fail (no retry) naming each dataset that lost offsets (or whose conf changed its schema
-    in a way its tables cannot take), after the others ran."""
-    if losses:
+def stopped_dataset(dataset: str, error: Exception) -> dict:
+    """``batch_args``' entry for a dataset that ``error`` (a ``DataLossError`` or a
+    ``SchemaChangeError``) stops: JSON's own types, as XCom holds them."""
+    from loglake.core.errors import DataLossError
+
+    kind = "data_loss" if isinstance(error, DataLossError) else "schema_change"
+    return {"dataset": dataset, "kind": kind, "message": str(error)}
+
+
+STOPPED_BECAUSE = {"data_loss": "lost offsets; `loglake accept-loss` once they are accounted for",
+                   "schema_change": "its conf changes the schema in a way its tables cannot take"}
+
+
+def fail_on_stopped(stopped: list[dict]) -> None:
+    """Fail (no retry) naming each dataset that stopped (``batch_args``' ``stopped``) and why,
+    after the others ran."""
+    if stopped:
         raise AirflowFailException("datasets that cannot continue until an operator acts (the other datasets ran):\n"
-                                   + "\n".join(losses))
+                                   + "\n".join(f"{s['dataset']} ({STOPPED_BECAUSE[s['kind']]}): {s['message']}"
+                                                for s in stopped))
 
 
 @loglake_errors

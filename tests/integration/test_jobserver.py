@@ -284,6 +284,10 @@ def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(se
     assert r.returncode == 0 and "(in the shared Spark application)" in r.stdout, r.stdout + r.stderr
 
 
+# make test-long only; make test covers its parts: a job's bounded wait for a starting application in
+# tests/unit/test_jobserver_start_wait.py; a scheduled run's jobs served by the application `loglake up`
+# started, in test_demo; CLI jobs in it, above.
+@pytest.mark.long
 def test_jobs_sent_while_the_application_starts_wait_for_it_and_run_in_it(served):
     """``loglake up`` starts the application last and a scheduled run's first tasks come right
     after: a job sent while it is still starting waits for it (bounded) instead of paying a

@@ -387,6 +387,10 @@ CLICKS = {"type": "record", "name": "Click", "fields": [
     {"name": "referrer", "type": ["null", "string"], "default": None}]}
 
 
+# make test-long only; make test covers its parts: a transactional topic's committed records once and its
+# aborted ones nowhere, in micro-batches and after a replay, in test_transactions; Avro topics through the
+# registry, evolving mid-stream, in the tests above.
+@pytest.mark.long
 def test_an_avro_topic_written_in_transactions_lands_its_committed_records_once_and_no_aborted_one(
         spark, make_config, registry_url):
     from loglake.local.produce import produce

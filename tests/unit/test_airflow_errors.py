@@ -193,3 +193,24 @@ def test_the_operator_refuses_a_plan_of_another_dataset_before_any_spark_submit(
     op = LoglakeSparkSubmitOperator(task_id="malformed", job="batch", application_args=args)
     with pytest.raises(AirflowFailException, match="^plan: the plan is for dataset 'company_ceos'"):
         op.execute({})
+
+
+def test_a_plan_names_each_stopped_dataset_and_why_and_the_run_fails_naming_them():
+    """``loglake_batch``'s plan task hands the datasets it stopped to XCom ``stopped`` (typed:
+    which dataset, a data loss or a schema change, the error's words); its
+    ``stopped_datasets`` task fails the run naming each and what to do."""
+    import json
+
+    from loglake_airflow.plans import fail_on_stopped, stopped_dataset
+
+    loss, change = PERMANENT[1], PERMANENT[3]
+    assert isinstance(loss, DataLossError) and isinstance(change, SchemaChangeError)
+    stopped = json.loads(json.dumps([stopped_dataset("job_views", loss), stopped_dataset("company_ceos", change)]))
+    assert [(s["dataset"], s["kind"]) for s in stopped] == [("job_views", "data_loss"), ("company_ceos", "schema_change")]
+    fail_on_stopped([])  # none stopped: the run's other tasks decide
+    _, AirflowFailException = exceptions()
+    with pytest.raises(AirflowFailException) as failed:
+        fail_on_stopped(stopped)
+    said = str(failed.value).splitlines()
+    assert said[1] == f"job_views (lost offsets; `loglake accept-loss` once they are accounted for): {loss}"
+    assert said[2] == f"company_ceos (its conf changes the schema in a way its tables cannot take): {change}"
