@@ -58,7 +58,8 @@ class Outcome:
 def speed_kills(lab: Lab, records: int, kills: int, *, seed: int = 1, bad_fraction: float = 0.01,
                 rate: float | None = None) -> Outcome:
     """R1: SIGKILL the speed job ``kills`` times at random moments while ``records`` arrive
-    over the dataset's partitions (6, or 2 under the test suite); then every offset must be in speed ∪ quarantine exactly once."""
+    over the dataset's partitions (6, or 2 under the test suite); then every offset must be in
+    speed ∪ quarantine exactly once."""
     from loglake.core.processes import descendants, wait_for
     from loglake.kafka.admin import group_offsets
     from loglake.local.produce import produce

@@ -24,7 +24,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # machine, and no C2 threads taking the other worker's core). Benchmarks run the JVM as users do.
 testing.conf.JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Each test's datasets on 2 partitions (the repo's job_views has 6, company_ceos 3): more than
-# one still, a third of the Spark tasks and Delta files per step. Four integration files in one
+# one still, a third of job_views' Spark tasks and Delta files per step. Four integration files in one
 # process: 347 s against 401-428 s with the repo's counts (CHANGELOG.md, 2026-11-29).
 testing.conf.PARTITIONS = 2
 # Its brokers likewise (each lives a test or a worker's run, small topics): C1 and the serial

@@ -68,13 +68,15 @@ JOBS: dict[str, Job] = {j.name: j for j in (
     Job("batch", "loglake.batch.job", BatchSummary, writes=True, shared=True, needs_plan=True,
         about="recompute exact offset ranges"),
     Job("quality", "loglake.quality.job", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
-        gated=True, run_id_is="the batch job's run id (its ledger rows)", about="validate a written range and publish it"),
+        gated=True, run_id_is="the batch job's run id (its ledger rows)",
+        about="validate a written range and publish it"),
     Job("maintenance", "loglake.maintenance.job", MaintenanceSummary, writes=True, shared=True,
         about="expire, optimize and vacuum a dataset's tables"),
     Job("rebuild", "loglake.lifecycle.rebuild_job", RebuildSummary, writes=True, shared=True, needs_run_id=True,
         needs_layer=True, about="rebuild a table from the log"),
     Job("replay", "loglake.lifecycle.replay_job", ReplaySummary, writes=True, shared=True, needs_run_id=True,
-        run_id_is="a run id (its batch ranges are recorded under it)", about="re-admit quarantined records the current config accepts"),
+        run_id_is="a run id (its batch ranges are recorded under it)",
+        about="re-admit quarantined records the current config accepts"),
 )}
 
 

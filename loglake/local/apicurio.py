@@ -154,7 +154,7 @@ class EmbeddedRegistry:
             raise
         if not self.answers():
             tail = self.log_path.read_text(errors="replace")[offset:].strip().splitlines()[-15:]
-            taken = self._port_taken() or port_open(self.port) or any(
+            taken = port_open(self.port) or any(
                 "Address already in use" in line or "Port already bound" in line for line in tail)
             self.stop()
             if taken:

@@ -25,7 +25,8 @@ JAVA_OPTIONS = ""
 # The partition count of every dataset of a conf written here, instead of its repo file's (a test's
 # ``datasets`` still overrides it); None keeps the repo's (job_views 6, company_ceos 3). The test
 # suite sets 2 (tests/conftest.py): every test still reads and writes more than one partition, and
-# each Kafka read, Delta write and audit has a third of the tasks and files; benchmarks and soak
+# each Kafka read, Delta write and audit has a third of job_views' tasks and files (two thirds of
+# company_ceos'); benchmarks and soak
 # keep the repo's counts.
 PARTITIONS: int | None = None
 

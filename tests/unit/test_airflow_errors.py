@@ -206,7 +206,8 @@ def test_a_plan_names_each_stopped_dataset_and_why_and_the_run_fails_naming_them
     loss, change = PERMANENT[1], PERMANENT[3]
     assert isinstance(loss, DataLossError) and isinstance(change, SchemaChangeError)
     stopped = json.loads(json.dumps([stopped_dataset("job_views", loss), stopped_dataset("company_ceos", change)]))
-    assert [(s["dataset"], s["kind"]) for s in stopped] == [("job_views", "data_loss"), ("company_ceos", "schema_change")]
+    assert [(s["dataset"], s["kind"]) for s in stopped] == [("job_views", "data_loss"),
+                                                            ("company_ceos", "schema_change")]
     fail_on_stopped([])  # none stopped: the run's other tasks decide
     _, AirflowFailException = exceptions()
     with pytest.raises(AirflowFailException) as failed:
