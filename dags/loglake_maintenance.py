@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, CronTriggerTimetable, task
 
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import maintain_and_audit
@@ -41,11 +41,13 @@ from loglake_airflow.maintenance import maintenance_args
 
 with DAG(
     dag_id="loglake_maintenance",
-    schedule=os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly"),
-    doc_md=__doc__,
     # No start date: with one in the past and no catch-up, Airflow runs the most recent past
-    # interval at once when the DAG is switched on; without one, its cron timetable waits for
-    # the next time (run_immediately=False).
+    # interval at once when the DAG is switched on; without one, the cron timetable waits for its
+    # next time — unless the last one is within a buffer (run_immediately=False means 5 minutes on
+    # an hourly schedule: `loglake up` at 18:04 ran it at once). A buffer of none waits always.
+    schedule=CronTriggerTimetable(os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly"), timezone="UTC",
+                                  run_immediately=timedelta(0)),
+    doc_md=__doc__,
     **{**DAG_DEFAULTS, "start_date": None},
 ) as dag:
 
