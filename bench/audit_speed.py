@@ -25,7 +25,7 @@ def build_tables(lab: Lab, config, ds) -> dict:
     """Speed over the whole log, batch over the first half of each partition; timings."""
     from loglake.core.offsets import OffsetRange
     from loglake.kafka.admin import log_bounds
-    from loglake.ledger.planning import Plan
+    from loglake.core.plans import Plan
     from loglake.quality.pipeline import recompute_and_publish
     from loglake.speed.stream import run_speed
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from loglake.local.produce import produce
-    from loglake.ops.audit import audit_dataset, format_audit
+    from loglake.ops.audit import audit_dataset
+    from loglake.ops.audit_report import format_audit
 
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-audit-"))
     lab = Lab(root, args.bootstrap, app_name="loglake-bench-audit")  # its own broker without --bootstrap

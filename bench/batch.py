@@ -8,7 +8,7 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    a 6-partition topic of the module's own, ``WARMUP_RECORDS`` first (step 4), then the rest. Record size: the workload's smallest record
    (``RECORD_BYTES`` = 100 B asked; the typed fields alone make a ~170 B JSON value, no
    padding): 5M × 1 KB would be 5 GB of log and far more minutes than the bench has.
-2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.ledger.planning.Plan``).
+2. The plan is the whole range, ``[0, end)`` of every partition (``loglake.core.plans.Plan``).
    Recompute = the real batch layer, ``loglake.batch.recompute.run_batch``: read exactly those
    offsets, parse/validate/transform, replace them in ``batch.bench_events`` and in the
    batch part of ``quarantine.bench_events`` (``replaceWhere``), append the ledger. Running
@@ -209,9 +209,9 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     from loglake.core.offsets import OffsetRange
     from loglake.core.predicates import range_predicate
     from loglake.kafka.admin import ensure_topic, log_bounds
-    from loglake.ledger.planning import Plan
+    from loglake.core.plans import Plan
     from loglake.ledger.ranges import ledger_rows
-    from loglake.ledger.tables import snapshot
+    from loglake.tables import snapshot
     from loglake.batch.recompute import run_batch
     from loglake.records.kafka_source import read_ranges
 

@@ -76,7 +76,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
         return []
     from loglake.core.offsets import parse_spark_offsets, spark_offsets_json
     from loglake.kafka.admin import end_offsets
-    from loglake.ledger.tables import TableRef, snapshot
+    from loglake.tables import TableRef, snapshot
     from loglake.local.produce import produce
     from loglake.records.kafka_source import source_options
     from loglake.maintenance.job import optimize

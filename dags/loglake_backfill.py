@@ -33,7 +33,7 @@ from airflow.sdk import DAG, task
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import write_audit_publish
 from loglake_airflow.params import backfill_params
-from loglake_airflow.plans import backfill_args
+from loglake_airflow.plans import backfill_requests
 
 with DAG(
     dag_id="loglake_backfill",
@@ -44,8 +44,8 @@ with DAG(
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))
-    def plan(**context) -> list[list[str]]:
-        """Validate the request and plan it; the batch job's arguments, or nothing on a dry run."""
-        return backfill_args(context["params"], f"{context['dag'].dag_id}/{context['run_id']}")
+    def plan(**context) -> list[dict]:
+        """Validate the request and plan it; the batch job's request, or nothing on a dry run."""
+        return backfill_requests(context["params"], f"{context['dag'].dag_id}/{context['run_id']}")
 
-    write_audit_publish.expand(args=plan())
+    write_audit_publish.expand(request=plan())

@@ -46,7 +46,7 @@ from airflow.sdk import DAG, task
 
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import write_audit_publish
-from loglake_airflow.plans import batch_args, fail_on_stopped
+from loglake_airflow.plans import batch_requests, fail_on_stopped
 
 with DAG(
     dag_id="loglake_batch",
@@ -56,12 +56,12 @@ with DAG(
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))
-    def plan(**context) -> list[list[str]]:
-        """Plan [W_p, end) per partition of every dataset: the batch job's arguments per non-empty
+    def plan(**context) -> list[dict]:
+        """Plan [W_p, end) per partition of every dataset: the batch job's request per non-empty
         plan; the datasets stopped by a data loss or a schema change go to XCom ``stopped``."""
-        planned = batch_args(f"{context['dag'].dag_id}/{context['run_id']}")
+        planned = batch_requests(f"{context['dag'].dag_id}/{context['run_id']}")
         context["ti"].xcom_push(key="stopped", value=planned["stopped"])
-        return planned["args"]
+        return planned["requests"]
 
     @task(execution_timeout=timedelta(minutes=5))
     def stopped_datasets(**context) -> None:
@@ -69,5 +69,5 @@ with DAG(
         fail_on_stopped(context["ti"].xcom_pull(task_ids="plan", key="stopped") or [])
 
     planned = plan()
-    write_audit_publish.expand(args=planned)
+    write_audit_publish.expand(request=planned)
     planned >> stopped_datasets()

@@ -37,7 +37,7 @@ from airflow.sdk import DAG, CronTriggerTimetable, task
 
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import maintain_and_audit
-from loglake_airflow.maintenance import maintenance_args
+from loglake_airflow.maintenance import maintenance_requests
 
 with DAG(
     dag_id="loglake_maintenance",
@@ -52,8 +52,8 @@ with DAG(
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))
-    def tables(**context) -> list[list[str]]:
-        """The maintenance job's arguments for every dataset that has a table."""
-        return maintenance_args(f"{context['dag'].dag_id}/{context['run_id']}")
+    def tables(**context) -> list[dict]:
+        """The maintenance job's request for every dataset that has a table."""
+        return maintenance_requests(f"{context['dag'].dag_id}/{context['run_id']}")
 
-    maintain_and_audit.expand(args=tables())
+    maintain_and_audit.expand(request=tables())

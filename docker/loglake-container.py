@@ -150,7 +150,7 @@ def init(wait_seconds: float = 300.0) -> int:
     from loglake.core.errors import KafkaUnavailableError
     from loglake.core.retrying import retry_transient
     from loglake.kafka.admin import ensure_topic
-    from loglake.ledger.schemas import check_all
+    from loglake.schema_versions import check_all
 
     config = load_config()
     ensure_bucket(config)
@@ -170,7 +170,7 @@ def speed(dataset: str) -> int:
     from loglake.core.config import load_config
     from loglake.jobs.launch import job_env, spark_submit
     from loglake.jobs.supervisor import supervise
-    from loglake.ledger.schemas import check_all
+    from loglake.schema_versions import check_all
     from loglake.speed.control import SpeedStream
 
     config = load_config()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from loglake.core.config import Config, load_config
 from loglake.core.errors import ParamError
-from loglake.ledger.schemas import check_all
-from loglake.ledger.tables import dataset_tables
+from loglake.schema_versions import check_all
+from loglake.tables import dataset_tables
 from loglake.serving.arrow import read
 
 
@@ -88,7 +88,7 @@ def connect(conf_dir: str | Path | None = None, profile: str | None = None, *, h
     """Connect to loglake's tables: the configuration as the CLI finds it (``$LOGLAKE_CONF``
     or ``conf/``, ``$LOGLAKE_PROFILE``, ``$LOGLAKE_HOME``), each overridable; ``spark``: an
     existing session to use instead of starting one. A schema change the tables cannot
-    take is refused here too (``loglake.ledger.schemas``)."""
+    take is refused here too (``loglake.schema_versions``)."""
 
     config = load_config(conf_dir, profile, home=home)
     check_all(config)

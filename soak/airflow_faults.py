@@ -43,7 +43,7 @@ def scheduler_kills(lab: Lab, kills: int, records: int, ranges: int, *, seed: in
       its own) with its spark-submit JVM and the job's Python driver under it — because the
       task heartbeats to and reports its end through the api-server's Execution API, not the
       scheduler. So the task finishes, its state is recorded, and the Spark job's lease
-      (``loglake.ledger.leases``) is released as usual. The idle workers block for ever on the dead
+      (``loglake.leases``) is released as usual. The idle workers block for ever on the dead
       scheduler's task queue, and the log server keeps the worker log port.
     - The restarted scheduler adopts nothing (a LocalExecutor cannot adopt tasks). At start
       and every ``orphaned_tasks_check_interval`` it resets the task instances queued by a

@@ -48,8 +48,8 @@ from soak.scenarios import Outcome
 
 
 def writer_wait_seconds() -> float:
-    """How long a run may wait for the dataset's writer lease (``loglake.ledger.leases``)."""
-    from loglake.ledger.leases import DEFAULT_WAIT_SECONDS
+    """How long a run may wait for the dataset's writer lease (``loglake.leases``)."""
+    from loglake.leases import DEFAULT_WAIT_SECONDS
 
     return float(os.environ.get("LOGLAKE_WRITER_WAIT_SECONDS", DEFAULT_WAIT_SECONDS))
 
@@ -147,14 +147,14 @@ def _jvm(supervisor: int | None) -> dict[int, float]:
 
 
 def _active_files(path: str, version: int) -> int:
-    from loglake.ledger.tables import open_table
+    from loglake.tables import open_table
 
     table = open_table(path, version)
     return 0 if table is None else len(table.file_uris())
 
 
 def _version(path: str) -> int | None:
-    from loglake.ledger.tables import open_table
+    from loglake.tables import open_table
 
     table = open_table(path)
     return None if table is None else table.version()
@@ -164,7 +164,7 @@ def optimize_drops(path: str, after: int, upto: int | None) -> list[tuple[int, i
     """``(version, files before, files after)`` of each OPTIMIZE commit of the table in
     ``(after, upto]``, the active files counted from the Delta log at the version before it
     and at it."""
-    from loglake.ledger.tables import open_table
+    from loglake.tables import open_table
 
     table = open_table(path)
     if table is None or upto is None:
@@ -183,7 +183,7 @@ def served_exactly_once(config, ds, ends: dict[int, int]) -> tuple[int, int, lis
     quarantine at or above it, at one snapshot (``loglake.ledger.snapshots.pin``), read with delta-rs."""
     from loglake.kafka.admin import log_bounds
     from loglake.ledger.snapshots import pin
-    from loglake.ledger.tables import open_table, query
+    from loglake.tables import open_table, query
     from loglake.ops.coverage import check_exactly_once
 
     earliest = {p: lo for p, (lo, _hi) in log_bounds(config, ds.topic).items()}
@@ -414,7 +414,7 @@ def busy_platform(lab: Lab, minutes: float, maintain_every: float, batch_every: 
         if restarted:
             out.notes.append(f"the supervisor restarted the stream: {restarted[:3]}")
         held = [float(m.group(1)) for m in re.finditer(r"held its appends ([0-9.]+)s", log_text)]
-        if held:  # while a DELETE or replaceWhere of a writer ran (loglake.ledger.leases.appends_paused)
+        if held:  # while a DELETE or replaceWhere of a writer ran (loglake.leases.appends_paused)
             out.info.append(f"the stream held its appends {len(held)} time(s) for a writer: {sum(held):.1f}s in all, "
                             f"{max(held):.1f}s at most")
         if started_mark is not None and marker.exists() and marker.stat().st_mtime != started_mark:

@@ -185,7 +185,7 @@ def broker_faults(lab: Lab, records: int, kills: int, stops: int, *, seed: int =
 
 def _batch_content(config, ds) -> list[tuple]:
     """Every row of the batch table and the batch part of quarantine, in offset order."""
-    from loglake.ledger.tables import open_table, query
+    from loglake.tables import open_table, query
 
     rows = []
     for layer, where in (("batch", "TRUE"), ("quarantine", "\"_layer\" = 'batch'")):
@@ -207,7 +207,7 @@ def recompute_killed(lab: Lab, records: int, *, seed: int = 6) -> Outcome:
 
     from loglake.core.offsets import OffsetRange
     from loglake.core.processes import alive, descendants
-    from loglake.ledger.planning import Plan
+    from loglake.core.plans import Plan
     from loglake.ledger.ranges import ledger_rows
     from loglake.local.produce import produce
     from loglake.ops.coverage import check_exactly_once
@@ -298,10 +298,11 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
     from loglake.core.errors import DataLossError, ParamError
     from loglake.core.processes import wait_for
     from loglake.ledger.losses import accept_loss, find_losses
-    from loglake.ledger.planning import plan_batch
+    from loglake.batch.planning import plan_batch
     from loglake.ledger.ranges import batch_watermarks
     from loglake.local.produce import produce
-    from loglake.ops.audit import audit_dataset, format_audit
+    from loglake.ops.audit import audit_dataset
+    from loglake.ops.audit_report import format_audit
     from loglake.ops.status import dataset_status, format_status
     from loglake.speed.control import SpeedStream
     from loglake.quality.pipeline import recompute_and_publish
@@ -357,13 +358,13 @@ def retention_loss(lab: Lab, records: int, *, seed: int = 61) -> Outcome:
 
         if sys_path not in sys.path:
             sys.path.insert(0, sys_path)
-        from loglake_airflow.plans import batch_args
+        from loglake_airflow.plans import batch_requests
 
         with config_environment(config):  # the plan task's body reads the config from there
             produce(config, ceos, 50, seed=seed + 2)
-            planned = batch_args("r3/run")
-        expect([a[a.index("--dataset") + 1] for a in planned["args"]] == ["company_ceos"],
-               f"the batch plan with one dataset lost: {planned['args']}")
+            planned = batch_requests("r3/run")
+        expect([r["dataset"] for r in planned["requests"]] == ["company_ceos"],
+               f"the batch plan with one dataset lost: {planned['requests']}")
         expect([(s["dataset"], s["kind"]) for s in planned["stopped"]] == [("job_views", "data_loss")]
                and planned["stopped"][0]["message"].startswith(f"data loss: {ds.topic}["),
                f"the batch plan's stopped datasets: {planned['stopped']}")
@@ -461,8 +462,8 @@ def malformed_kinds(lab: Lab, records: int, per_kind: int, *, flood: int = 0, se
     from confluent_kafka import Producer
 
     from loglake.kafka.admin import ensure_topic
-    from loglake.ledger.planning import plan_batch
-    from loglake.ledger.tables import open_table, query
+    from loglake.batch.planning import plan_batch
+    from loglake.tables import open_table, query
     from loglake.local.produce import generate
     from loglake.quality.pipeline import recompute_and_publish
     from loglake.speed.stream import run_speed
@@ -596,13 +597,13 @@ def bad_input(lab: Lab) -> Outcome:
         if r.returncode == 0 or field_ not in r.stderr or "Traceback" in r.stderr:
             out.notes.append(f"not refused as expected: loglake {' '.join(args)} -> {r.returncode}: {r.stderr[-300:]}")
 
-    from loglake_airflow.plans import backfill_args  # the DAG's plan task body (plugins on sys.path)
+    from loglake_airflow.plans import backfill_requests  # the DAG's plan task body (plugins on sys.path)
 
     with config_environment(config):
         for params, field_ in BAD_PARAMS:
             out.faults += 1
             try:
-                backfill_args({"ranges": None, "from_ts": None, "to_ts": None, "dry_run": False, **params}, "r8/run")
+                backfill_requests({"ranges": None, "from_ts": None, "to_ts": None, "dry_run": False, **params}, "r8/run")
                 out.notes.append(f"DAG params accepted: {params}")
             except Exception as e:  # AirflowFailException naming the field
                 if field_ not in str(e) or type(e).__name__ != "AirflowFailException":

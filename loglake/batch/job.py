@@ -9,13 +9,13 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import BatchRequest
 from loglake.jobs.summaries import BatchSummary
 from loglake.jobs import entry
 from loglake.batch.recompute import run_batch
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> BatchSummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: BatchRequest) -> BatchSummary:
     """Recompute the request's plan."""
     return run_batch(spark, config, ds, request.plan, request.run_id)
 

@@ -27,14 +27,14 @@ from loglake.core.predicates import range_predicate
 from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import BatchSummary
 from loglake.kafka.admin import dataset_bounds
-from loglake.ledger.leases import appends_paused, check_lease
-from loglake.ledger.planning import Plan
+from loglake.leases import appends_paused, check_lease
+from loglake.core.plans import Plan
 from loglake.ledger.ranges import batch_watermarks, fresh_from, ledger_rows, published_spans
-from loglake.ledger.tables import staging_path
+from loglake.tables import staging_path
 from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
 from loglake.lake import evolution
-from loglake.records import parse
+from loglake.records import counting, validation
 from loglake.records.kafka_source import check_retained, read_ranges
 from loglake.lake.system_tables import append_ledger
 
@@ -46,7 +46,7 @@ def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> Data
     """
     log = dataset_bounds(config, ds)
     ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
-    valid = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
+    valid = validation.apply_transform(validation.valid_rows(validation.validate(read_ranges(spark, config, ranges), ds), ds), ds)
     if ds.kind == "changelog":
         return delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
     return valid
@@ -73,20 +73,20 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
     """The batch run's writes: valid rows, then its quarantine; the observed counts, and the
     quarantined records per reason code."""
     # The first write reads, validates and counts (per partition, for the ledger).
-    exact = sum(r.size for r in ranges) <= parse.EXACT_BAD_LIMIT
-    observed, observation = parse.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
+    exact = sum(r.size for r in ranges) <= counting.EXACT_BAD_LIMIT
+    observed, observation = counting.counted(validated, ranges, partitions=sorted({r.partition for r in ranges}),
                                           exact=exact, fresh_from=fresh)
-    valid = parse.apply_transform(parse.valid_rows(observed, ds), ds)
+    valid = validation.apply_transform(validation.valid_rows(observed, ds), ds)
     if ds.kind == "changelog":
         state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
         with phases("read_validate_write"):
             check_lease(f"write {batch_path}")
             delta_io.to_delta(state, "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         with phases("quarantine"):
-            _replace(parse.quarantine_rows(validated, "batch"), ds, quarantine_path,
+            _replace(validation.quarantine_rows(validated, "batch"), ds, quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
         n = observation.get
-        reasons = parse.reason_counts(n)
+        reasons = counting.reason_counts(n)
         if reasons is None:  # from the cache: the latest state's rows are few by nature
             reasons = {r[0]: r[1] for r in validated.where(F.col("_reason").isNotNull())
                        .groupBy(F.col("_reason.code")).count().collect()}
@@ -99,16 +99,16 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
             n = observation.get
         where = f"_layer = 'batch' AND ({predicate})"
         with phases("quarantine"):
-            reasons = parse.reason_counts(n) or {}
+            reasons = counting.reason_counts(n) or {}
             if n["quarantined"]:
-                bad = parse.quarantined(raw, n, ds, "batch", config, ds.topic)
-                bad, counted_reasons = parse.observe_reasons(bad, n["codes"])
+                bad = counting.quarantined(raw, n, ds, "batch", config, ds.topic)
+                bad, counted_reasons = counting.observe_reasons(bad, n["codes"])
                 _replace(bad, ds, quarantine_path, where, pause)
-                reasons = parse.reason_counts(n) or counted_reasons()
+                reasons = counting.reason_counts(n) or counted_reasons()
             elif delta_io.table_exists(spark, quarantine_path):
                 delta_io.delete_rows(spark, quarantine_path, where, pause)  # a re-run found none: drop the old ones
             else:
-                delta_io.create_if_missing(parse.quarantine_rows(validated, "batch"), quarantine_path, ds.stats_columns)
+                delta_io.create_if_missing(validation.quarantine_rows(validated, "batch"), quarantine_path, ds.stats_columns)
     return n, reasons
 
 
@@ -128,7 +128,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
         check_retained(config, ranges)
         schema_version = evolution.prepare(spark, config, ds, ("batch",))
         raw = read_ranges(spark, config, ranges)
-        validated = parse.validate(raw, ds)
+        validated = validation.validate(raw, ds)
         staged = must_stage(config, ds, ranges)
         # Per range, where the offsets no published range covers begin: the publish counts the
         # valid records from there on as the batch layer's new ones (each offset once).
@@ -139,7 +139,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     else:
         batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     # The live quarantine table is appended to by the speed stream: a commit that must read it
-    # first pauses the stream's appends (loglake.ledger.leases.appends_paused); a staged one is ours alone.
+    # first pauses the stream's appends (loglake.leases.appends_paused); a staged one is ours alone.
     pause = None if staged else (lambda: appends_paused(config, ds.name, f"batch {run_id}: {ds.tables.quarantine}"))
     if ds.kind == "changelog":
         # The latest state is rebuilt from the whole log, small by nature: cache it once.

@@ -19,7 +19,7 @@ from loglake.cli import batch, platform, queries, streams
 from loglake.cli.command import Command
 from loglake.core.config import Config, load_config
 from loglake.core.errors import LoglakeError
-from loglake.ledger.schemas import check_all
+from loglake.schema_versions import check_all
 from loglake.local.jars import for_config as fetch_on_first_use
 
 # Every command, as ``loglake --help`` lists them.

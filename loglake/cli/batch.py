@@ -9,10 +9,10 @@ import time
 from loglake.cli.command import Command, cli_run_id, print_tables, succeeded
 from loglake.core.config import Config, Dataset
 from loglake.jobs.launch import JobOutcome, run_job
-from loglake.jobs.protocol import JobRequest
-from loglake.ledger.leases import writer
+from loglake.jobs.requests import BatchRequest, MaintenanceRequest, QualityRequest
+from loglake.leases import writer
 from loglake.ledger.losses import accept_loss, find_losses
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.lifecycle.rebuild import run_rebuild
 from loglake.lifecycle.replay import run_replay
 from loglake.maintenance.runs import datasets_with_tables, format_log_rows
@@ -35,14 +35,14 @@ def run_plan(config: Config, ds: Dataset, plan, dry_run: bool) -> int:
     # Write, validate, publish under one lease: no other writer of the dataset in between.
     with writer(config, ds.name, plan.kind, run_id):
         t0 = time.monotonic()
-        summary = succeeded(ds, run_job(config, JobRequest("batch", ds.name, plan, run_id)))
+        summary = succeeded(ds, run_job(config, BatchRequest(ds.name, plan, run_id=run_id)))
         rate = summary.records_per_second
         print(f"{plan.kind} {ds.name}: {summary.records} rows to {ds.tables.batch}, {summary.quarantined} to "
               f"{ds.tables.quarantine}, {summary.ranges} range(s) in {summary.seconds:.1f}s "
               f"({f'{rate:,} records/s' if rate else 'n/a'}); {time.monotonic() - t0:.1f}s in all "
               f"({'in the shared Spark application' if summary.shared_application else 'with JVM start'}); "
               f"run {run_id}")
-        quality = run_job(config, JobRequest("quality", ds.name, plan, run_id))
+        quality = run_job(config, QualityRequest(ds.name, plan, run_id=run_id))
     code = print_quality(ds, quality)
     print("\n".join(format_status(ds, dataset_status(config, ds))))
     return code
@@ -98,7 +98,7 @@ def cmd_maintain(config: Config, args) -> int:
     failed = 0
     for ds in chosen:
         t0 = time.monotonic()
-        outcome = run_job(config, JobRequest("maintenance", ds.name, run_id=run_id))
+        outcome = run_job(config, MaintenanceRequest(ds.name, run_id=run_id))
         if not outcome.ok:
             print(f"loglake: error: {outcome.error(ds.name)}",
                   file=sys.stderr)

@@ -11,7 +11,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import LoglakeError
 from loglake.jobs.launch import JobOutcome
 from loglake.jobs.summaries import JobSummary
-from loglake.ledger.tables import table_summary
+from loglake.tables import table_summary
 
 
 def _no_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,8 @@ from loglake.cli.command import Command, at_least
 from loglake.core.config import Config
 from loglake.core.errors import LoglakeError, ParamError
 from loglake.ledger.history import format_history, table_history
-from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.audit import audit_dataset
+from loglake.ops.audit_report import format_audit
 from loglake.ops.diff import diff_range, format_diff
 from loglake.serving.arrow import Unsupported
 from loglake.serving.arrow import sql as arrow_sql

@@ -128,7 +128,7 @@ LEDGER = SystemTable("offsets ledger", "_ledger/offsets", contract(
     ("fresh_records", "bigint", "written/published: the valid records of [fresh_from, end)"),
 ))
 
-# One row per form of a dataset's schema that loglake ran with (``loglake.ledger.schemas``).
+# One row per form of a dataset's schema that loglake ran with (``loglake.schema_versions``).
 SCHEMAS = SystemTable("_schemas", "_ledger/schemas", contract(
     ("dataset", "string"), ("version", "bigint"), ("fingerprint", "string"),
     ("fields", "string", "JSON: kind, key and each field's type, required and rules"),

@@ -49,7 +49,7 @@ class ConfigError(LoglakeError):
 
 
 class SchemaChangeError(ConfigError):
-    """A dataset's conf changes its schema in a way its tables cannot take (``loglake.ledger.schemas``)."""
+    """A dataset's conf changes its schema in a way its tables cannot take (``loglake.schema_versions``)."""
 
     def __init__(self, dataset: str, changes: str, ways_forward: str, *, file: str, key: str):
         self.dataset = dataset
@@ -273,7 +273,7 @@ class CoordinatorNotReadyError(KafkaUnavailableError):
 
 
 class WriterBusyError(LoglakeError):
-    """Another writer holds the dataset (``loglake.ledger.leases``) and did not let go in time.
+    """Another writer holds the dataset (``loglake.leases``) and did not let go in time.
 
     Transient: the holder finishes, or its claim expires if it crashed."""
 
@@ -288,7 +288,7 @@ class WriterBusyError(LoglakeError):
 class LeaseLostError(LoglakeError):
     """A writer found, at a commit, that the dataset's lease is no longer its own: it stopped
     renewing for longer than the lease's life (paused, cut off from the store) and another writer
-    took it. It commits nothing more (``loglake.ledger.leases.check_lease``).
+    took it. It commits nothing more (``loglake.leases.check_lease``).
 
     Transient: another attempt waits for the new holder, then runs again."""
 
@@ -319,7 +319,7 @@ class JobCancelled(LoglakeError):
 
 
 class StreamRunningError(LoglakeError):
-    """Another speed stream of the dataset runs (``loglake.ledger.leases.stream_lease``): one query per
+    """Another speed stream of the dataset runs (``loglake.leases.stream_lease``): one query per
     checkpoint, or two would write the same micro-batch.
 
     Transient: once that one stops, this one can start."""

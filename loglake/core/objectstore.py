@@ -3,20 +3,22 @@
 Three readers and writers meet there besides Spark (whose S3A settings and Delta log store
 ``loglake.jobs.launch.spark_conf`` derives from the same ``lake.object_store`` block):
 
-- delta-rs (``loglake.ledger.tables.open_table``, the ledger and audit writes) gets the
+- delta-rs (``loglake.tables.open_table``, the ledger and audit writes) gets the
   location as ``s3://`` and the store's options (``delta_location``). It commits with
   ``If-None-Match: *`` (object_store's conditional put, on by default), as Spark does through
   ``io.loglake.storage.S3ConditionalLogStore``: two writers never both create one version.
-- the dataset leases (``loglake.ledger.leases``) are small JSON objects changed by
+- the dataset leases (``loglake.leases``) are small JSON objects changed by
   compare-and-swap (``get_json`` / ``put_json``: ``If-None-Match: *`` to create one,
   ``If-Match: <etag>`` to change it), so taking, renewing and breaking a lease is atomic
   on the store itself, with no filesystem shared between hosts.
 - the speed checkpoint's files (``loglake.ledger.snapshots``: which micro-batch finished).
 
-The settings of each bucket are registered when a profile is loaded (``register``), so a
-function given only a path (``open_table(path)``) finds its store's endpoint and credentials.
-Credentials come from the profile's ``credentials_file`` (an AWS shared-credentials file every
-process reads), else from the AWS default chain (environment, ``~/.aws``, instance roles).
+Every function here is given the store's settings (an ``ObjectStoreSettings``: the loaded
+configuration's ``config.object_store``) with the location: they travel with the config
+that names the location, never through a table of buckets a later config could overwrite
+(two profiles of one process may name one bucket with other keys). Credentials come from
+the profile's ``credentials_file`` (an AWS shared-credentials file every process reads),
+else from the AWS default chain (environment, ``~/.aws``, instance roles).
 """
 
 from __future__ import annotations
@@ -24,16 +26,12 @@ from __future__ import annotations
 import configparser
 import functools
 import json
-import threading
 from datetime import timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from loglake.core.errors import ConfigError
 
-_lock = threading.Lock()
-_BUCKETS: dict[str, Any] = {}  # bucket -> ObjectStoreSettings
 # Unset: a store that answers slowly is retried, not hung on (botocore's defaults are 60 s).
 _TIMEOUTS = {"connect_timeout": 10, "read_timeout": 30}
 
@@ -50,25 +48,12 @@ def split(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def register(config) -> None:
-    """Remember the store settings of every bucket ``config``'s lake uses (called on load)."""
-    store = config.object_store
+def _given(store, uri: str):
+    """``store``, which a remote ``uri`` needs: a ConfigError when the caller gave none."""
     if store is None:
-        return
-    lake = config.profile.lake
-    with _lock:
-        for uri in (config.lake_root, config.checkpoint_root, lake.locks):
-            if is_remote(uri):
-                _BUCKETS[split(uri)[0]] = store
-
-
-# A bucket no loaded profile named: AWS S3 through the default chain (ObjectStoreSettings' defaults).
-_AWS = SimpleNamespace(endpoint=None, region="us-east-1", credentials_file=None, path_style=True)
-
-
-def settings_for(uri: str):
-    with _lock:
-        return _BUCKETS.get(split(uri)[0]) or _AWS
+        raise ConfigError(f"{uri} is on an object store, and its settings were not given (the configuration's "
+                          "object_store)", key="lake.object_store")
+    return store
 
 
 def _keys(credentials_file: str) -> tuple[str, str, str | None]:
@@ -110,11 +95,12 @@ def storage_options(store) -> dict[str, str]:
     return opts
 
 
-def delta_location(path: str) -> tuple[str, dict[str, str] | None]:
-    """What delta-rs is given for the table at ``path``: ``s3://`` and its store's options, or the path."""
+def delta_location(path: str, store=None) -> tuple[str, dict[str, str] | None]:
+    """What delta-rs is given for the table at ``path``: ``s3://`` and the options of ``store``
+    (the store it is on), or the path."""
     if not is_remote(path):
         return path, None
-    return "s3://" + path.split("://", 1)[1], storage_options(settings_for(path))
+    return "s3://" + path.split("://", 1)[1], storage_options(_given(store, path))
 
 
 def _identity(store) -> tuple:
@@ -142,12 +128,12 @@ def _client(identity: tuple, within: float | None = None):
     return boto3.session.Session().client("s3", config=conf, **kwargs)
 
 
-def client(uri: str, within: float | None = None):
-    """A boto3 S3 client for the store ``uri`` is on (one per store and process). ``within``: a
+def client(store, uri: str, within: float | None = None):
+    """A boto3 S3 client for ``store``, which ``uri`` is on (one per store and process). ``within``: a
     client whose calls make one attempt that times out after that many seconds (a lease's: its
     holder retries a renewal every second, and must not spend the lease's life inside the SDK's
     backoff); else the SDK retries with backoff."""
-    return _client(_identity(settings_for(uri)), within)
+    return _client(_identity(_given(store, uri)), within)
 
 
 def _status(error) -> int:
@@ -158,14 +144,14 @@ def _missing(error) -> bool:
     return _status(error) == 404 or error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
 
 
-def get_json(uri: str, within: float | None = None) -> tuple[dict | None, str | None]:
+def get_json(store, uri: str, within: float | None = None) -> tuple[dict | None, str | None]:
     """(the JSON object at ``uri``, its ETag), or (None, None) when there is none (``within``:
     ``client``'s)."""
     from botocore.exceptions import ClientError
 
     bucket, key = split(uri)
     try:
-        got = client(uri, within).get_object(Bucket=bucket, Key=key)
+        got = client(store, uri, within).get_object(Bucket=bucket, Key=key)
     except ClientError as e:
         if _missing(e):
             return None, None
@@ -178,7 +164,7 @@ def get_json(uri: str, within: float | None = None) -> tuple[dict | None, str | 
     return (value if isinstance(value, dict) else None), got["ETag"]
 
 
-def put_json(uri: str, value: dict, etag: str | None, within: float | None = None) -> str | None:
+def put_json(store, uri: str, value: dict, etag: str | None, within: float | None = None) -> str | None:
     """Write ``value`` at ``uri`` only if the object is still as read: absent (``etag`` None,
     ``If-None-Match: *``) or unchanged (``If-Match: etag``). Its new ETag, or None when another
     writer changed it first (412, or 409: a concurrent conditional write; either way, read again).
@@ -188,8 +174,8 @@ def put_json(uri: str, value: dict, etag: str | None, within: float | None = Non
     bucket, key = split(uri)
     cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
     try:
-        put = client(uri, within).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
-                                     ContentType="application/json", **cond)
+        put = client(store, uri, within).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
+                                                    ContentType="application/json", **cond)
     except ClientError as e:
         if _status(e) in (409, 412) or (etag is not None and _missing(e)):
             return None
@@ -197,35 +183,36 @@ def put_json(uri: str, value: dict, etag: str | None, within: float | None = Non
     return put["ETag"]
 
 
-def write_json(uri: str, value: dict) -> None:
+def write_json(store, uri: str, value: dict) -> None:
     """Write ``value`` at ``uri`` whatever is there."""
     bucket, key = split(uri)
-    client(uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
+    client(store, uri).put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(),
+                                  ContentType="application/json")
 
 
-def put_text(uri: str, text: str) -> None:
+def put_text(store, uri: str, text: str) -> None:
     """Write ``text`` at ``uri`` whatever is there (an object one writer owns)."""
     bucket, key = split(uri)
-    client(uri).put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="text/plain")
+    client(store, uri).put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="text/plain")
 
 
-def listing(prefix: str) -> dict[str, str]:
+def listing(store, prefix: str) -> dict[str, str]:
     """Every object under ``prefix`` (``s3a://bucket/some/dir/``): its URI → its ETag."""
     bucket, key = split(prefix)
     scheme = prefix.split("://", 1)[0]
     out = {}
-    for page in client(prefix).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+    for page in client(store, prefix).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
         for obj in page.get("Contents", []):
             out[f"{scheme}://{bucket}/{obj['Key']}"] = obj["ETag"]
     return out
 
 
-def delete(uri: str) -> None:
+def delete(store, uri: str) -> None:
     bucket, key = split(uri)
-    client(uri).delete_object(Bucket=bucket, Key=key)
+    client(store, uri).delete_object(Bucket=bucket, Key=key)
 
 
-def read_text(uri: str) -> str:
+def read_text(store, uri: str) -> str:
     """The text at ``uri`` (a local path or an object); ``FileNotFoundError`` when there is none."""
     if not is_remote(uri):
         return Path(uri.removeprefix("file://").removeprefix("file:")).read_text()
@@ -233,14 +220,14 @@ def read_text(uri: str) -> str:
 
     bucket, key = split(uri)
     try:
-        return client(uri).get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        return client(store, uri).get_object(Bucket=bucket, Key=key)["Body"].read().decode()
     except ClientError as e:
         if _missing(e):
             raise FileNotFoundError(uri) from None
         raise
 
 
-def modified_ms(uri: str) -> float:
+def modified_ms(store, uri: str) -> float:
     """When the file or object at ``uri`` was last written (ms since the epoch); ``FileNotFoundError``."""
     if not is_remote(uri):
         return Path(uri.removeprefix("file://").removeprefix("file:")).stat().st_mtime * 1000
@@ -248,7 +235,7 @@ def modified_ms(uri: str) -> float:
 
     bucket, key = split(uri)
     try:
-        head = client(uri).head_object(Bucket=bucket, Key=key)
+        head = client(store, uri).head_object(Bucket=bucket, Key=key)
     except ClientError as e:
         if _missing(e):
             raise FileNotFoundError(uri) from None

@@ -1,6 +1,7 @@
 """The entry point every Spark job shares: the job protocol (``loglake.jobs.protocol``) on the job's side.
 
-``run(job, argv, body)`` parses the ``JobRequest``, loads the configuration (from the
+``run(job, argv, body)`` reads the job's request from its arguments (``--request JSON``,
+``loglake.jobs.requests``), loads the configuration (from the
 environment spark-submit was given: LOGLAKE_CONF, LOGLAKE_HOME, LOGLAKE_PROFILE), starts
 the session, runs ``body(spark, config, ds, request)`` and reports its summary. A failure
 is reported too — ``{"error", "error_type", "transient"}`` — so the caller knows whether
@@ -23,26 +24,22 @@ import psutil
 from loglake.core.config import Config, Dataset, load_config
 from loglake.core.errors import ConfigError, JobFailure, KafkaAuthenticationError, LoglakeError
 from loglake.jobs import registry
-from loglake.jobs.protocol import JobRequest, report, summary_file_of
+from loglake.jobs.protocol import report
+from loglake.jobs.requests import JobRequest, summary_file_of
 from loglake.jobs.session import get_spark
 from loglake.jobs.summaries import BatchSummary, JobSummary, QualitySummary
-from loglake.ledger.leases import writer
-from loglake.ledger.schemas import check as check_schema
+from loglake.leases import writer
+from loglake.schema_versions import check as check_schema
 from loglake.observe import series
 from loglake.observe.lineage import job_lineage
 from loglake.schemaregistry.resolve import resolve
-
-# The jobs that write a dataset's batch-side tables take turns (``loglake.ledger.leases``); the speed
-# stream appends beside them.
-WRITERS = registry.writers()
-
 
 def run(job: str, argv: list[str] | None, body: Callable[..., JobSummary]) -> int:
     """The job under spark-submit: its own Spark session, stopped at the end; exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     summary_file = summary_file_of(argv)
     try:
-        summary = execute(job, argv, body, own_session)
+        summary = execute(JobRequest.from_argv(job, argv), body, own_session)
         report(summary, summary_file)
         return 0
     except Exception as e:
@@ -64,16 +61,16 @@ def as_failure(error: Exception) -> tuple[JobFailure, bool]:
     return JobFailure.of(known), True
 
 
-def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session, *, inherited: str | None = None,
+def execute(request: JobRequest, body: Callable[..., JobSummary], session, *, inherited: str | None = None,
             export: bool = True, cancel: threading.Event | None = None) -> JobSummary:
-    """Parse the request, load the configuration, check the schema and, under the dataset's
+    """Load the configuration, check the schema and, under the dataset's
     lease for a writer, run ``body`` in the Spark session ``session(config, name)`` gives
     (a context manager yielding ``(spark, start_seconds, shared)``). The summary says how
     long the session took to be ready (``start_seconds``) and whether it was the shared
     application's (``shared_application``). ``inherited``/``export``/``cancel``: ``locks.writer``'s
     (``cancel`` set: the caller went away; a job still waiting for the lease stops at once).
     """
-    request = JobRequest.parse(job, argv)
+    job = request.job
     config: Config = load_config()
     # A registry format's fields: read from the subject (loglake.schemaregistry.resolve).
     ds: Dataset = resolve(config, config.dataset(request.dataset))
@@ -83,10 +80,10 @@ def execute(job: str, argv: list[str], body: Callable[..., JobSummary], session,
     # the shared application's slot and quality gate come after the lease (the order of
     # locks in loglake.jobs.server), never before.
     lease = (writer(config, ds.name, job, request.run_id, inherited=inherited, export=export, cancel=cancel)
-             if job in WRITERS else nullcontext())
+             if registry.job(job).writes else nullcontext())
     t0 = time.monotonic()
-    events = job_lineage(config, job, ds, request.run_id, request.plan.ranges if request.plan else (),
-                         request.layer, request.lineage_parent)
+    events = job_lineage(config, job, ds, request.run_id, request.ranges(), request.rebuilt_layer(),
+                         request.lineage_parent)
     if events is not None:
         events.start()
     try:

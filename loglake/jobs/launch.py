@@ -23,9 +23,10 @@ from loglake.core.errors import JobError, JobFailure, SetupError
 from loglake.core.paths import CDS_QUIET, LOGSTORE_JAR, java_version
 from loglake.core.processes import wait_for
 from loglake.jobs import registry, shared_app
-from loglake.jobs.protocol import JobRequest, read_summary_file
+from loglake.jobs.protocol import read_summary_file
+from loglake.jobs.requests import JobRequest
 from loglake.jobs.summaries import JobSummary
-from loglake.ledger.leases import current_token
+from loglake.leases import current_token
 
 
 def spark_home() -> Path:
@@ -108,7 +109,7 @@ def spark_conf(config: Config) -> dict[str, str]:
         # overhead for loglake's tables on a few cores.
         "spark.databricks.delta.snapshotPartitions": "2",
         # A JSON object with a repeated key: the last one wins, in from_json and in VARIANT
-        # parsing alike (loglake.records.parse relies on both agreeing).
+        # parsing alike (loglake.records.validation relies on both agreeing).
         "spark.sql.variant.allowDuplicateKeys": "true",
         # No stage progress bars: a job's output is its log, a command's output its answer.
         "spark.ui.showConsoleProgress": "false",
@@ -251,7 +252,7 @@ def start_shared_application(config: Config, wait: float = 0) -> tuple[int, bool
         return running, False
     shared_app.address_file(config).unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "loglake.jobs.supervisor",
-           *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "server.py"), [], "loglake-jobs",
+           *submit_command(config, str(registry.APPLICATIONS["server"].path), [], "loglake-jobs",
                            {"spark.scheduler.mode": "FAIR"})]
     pid = managed.start(cmd, env=job_env(config))
     if wait:
@@ -346,8 +347,6 @@ def run_job(config: Config, request: JobRequest) -> JobOutcome:
 
     log = job_log(config, request)
     log.parent.mkdir(parents=True, exist_ok=True)
-    if request.progress_file:
-        Path(request.progress_file).parent.mkdir(parents=True, exist_ok=True)
     if request.job in shared_app.SERVED:
         with open(log, "a") as out:
             def output(text: str) -> None:

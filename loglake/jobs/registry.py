@@ -4,11 +4,12 @@ A job's work is a module of its component (``module``: ``loglake.batch.job`` ...
 ``run_job`` the shared Spark application calls and whose ``main`` spark-submit runs through
 a few lines under ``spark_jobs/`` (``application``). What the rest of loglake needs to know
 of a job is here: its module, whether it writes a dataset's batch-side tables (it then takes
-the dataset's writer lease, ``loglake.ledger.leases``), whether the shared application runs
-it, and what its request must carry. ``loglake.jobs.protocol`` checks requests against it,
-``loglake.jobs.launch`` and ``loglake.jobs.shared_app`` send jobs by it,
+the dataset's writer lease, ``loglake.leases``), whether the shared application runs
+it, whether it runs one at a time there, its request's type (``loglake.jobs.requests``) and
+its summary's. ``loglake.jobs.launch`` and ``loglake.jobs.shared_app`` send jobs by it,
 ``loglake.jobs.entry`` and ``loglake.jobs.server`` run them by it, and the layer test
-reads it.
+reads it. The two long-lived applications (every stream in one driver; the shared
+application) are declared here too (``APPLICATIONS``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from loglake.core import paths
 from loglake.core.errors import JobFailure, ParamError
+from loglake.jobs.requests import REQUESTS, JobRequest
 from loglake.jobs.summaries import (BatchSummary, JobSummary, MaintenanceSummary, Outcome, QualitySummary,
                                     RebuildSummary, ReplaySummary, SpeedSummary)
 
@@ -33,8 +35,7 @@ class Job:
     stream lease of its own); ``shared``: the shared Spark application runs it (a long-lived
     stream does not); ``gated``: in the shared application, one at a time behind its quality
     gate (Great Expectations keeps one file project under the state directory for every
-    dataset); ``needs_plan``, ``needs_run_id``, ``needs_layer``: what its ``JobRequest`` must
-    carry, ``run_id_is``: what its run id names, said when one is missing.
+    dataset). Its request's type is ``request`` (``loglake.jobs.requests``).
     """
 
     name: str
@@ -42,12 +43,12 @@ class Job:
     summary: type[JobSummary]
     writes: bool
     shared: bool
-    needs_plan: bool = False
-    needs_run_id: bool = False
-    needs_layer: bool = False
     gated: bool = False
-    run_id_is: str = "a run id"
     about: str = ""
+
+    @property
+    def request(self) -> type[JobRequest]:
+        return REQUESTS[self.name]
 
     @property
     def application(self) -> Path:
@@ -65,17 +66,15 @@ class Job:
 JOBS: dict[str, Job] = {j.name: j for j in (
     Job("speed", "loglake.speed.job", SpeedSummary, writes=False, shared=False,
         about="the speed layer's stream (or one available-now run)"),
-    Job("batch", "loglake.batch.job", BatchSummary, writes=True, shared=True, needs_plan=True,
+    Job("batch", "loglake.batch.job", BatchSummary, writes=True, shared=True,
         about="recompute exact offset ranges"),
-    Job("quality", "loglake.quality.job", QualitySummary, writes=True, shared=True, needs_plan=True, needs_run_id=True,
-        gated=True, run_id_is="the batch job's run id (its ledger rows)",
+    Job("quality", "loglake.quality.job", QualitySummary, writes=True, shared=True, gated=True,
         about="validate a written range and publish it"),
     Job("maintenance", "loglake.maintenance.job", MaintenanceSummary, writes=True, shared=True,
         about="expire, optimize and vacuum a dataset's tables"),
-    Job("rebuild", "loglake.lifecycle.rebuild_job", RebuildSummary, writes=True, shared=True, needs_run_id=True,
-        needs_layer=True, about="rebuild a table from the log"),
-    Job("replay", "loglake.lifecycle.replay_job", ReplaySummary, writes=True, shared=True, needs_run_id=True,
-        run_id_is="a run id (its batch ranges are recorded under it)",
+    Job("rebuild", "loglake.lifecycle.rebuild_job", RebuildSummary, writes=True, shared=True,
+        about="rebuild a table from the log"),
+    Job("replay", "loglake.lifecycle.replay_job", ReplaySummary, writes=True, shared=True,
         about="re-admit quarantined records the current config accepts"),
 )}
 
@@ -93,6 +92,21 @@ def served() -> tuple[str, ...]:
     return tuple(name for name, j in JOBS.items() if j.shared)
 
 
-def writers() -> tuple[str, ...]:
-    """The jobs that take a dataset's writer lease."""
-    return tuple(name for name, j in JOBS.items() if j.writes)
+@dataclass(frozen=True)
+class Application:
+    """A long-lived Spark application: ``spark_jobs/<name>.py`` runs ``module``'s ``main``."""
+
+    name: str
+    module: str
+    about: str
+
+    @property
+    def path(self) -> Path:
+        """The file spark-submit runs."""
+        return paths.REPO_ROOT / "spark_jobs" / f"{self.name}.py"
+
+
+APPLICATIONS: dict[str, Application] = {a.name: a for a in (
+    Application("speed_app", "loglake.speed.app", "every wanted dataset's speed stream in one driver"),
+    Application("server", "loglake.jobs.server", "the shared application: batch-side jobs on request"),
+)}

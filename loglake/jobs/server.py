@@ -5,7 +5,7 @@ on request, so a DAG task or a CLI command costs its work, not a JVM and a Spark
 master, jars and settings, like any job. It listens on a loopback port and writes its
 address and a secret token to ``<state>/run/spark-jobs.json`` (mode 0600); a client
 (``loglake.jobs.shared_app.submit``) connects, sends one JSON request line — the token, the
-job, its arguments (``loglake.jobs.protocol.JobRequest.argv``), which configuration, state and
+job's request (``loglake.jobs.requests``, as JSON), which configuration, state and
 code it was built for, and the dataset lease it runs under if its caller holds one —
 and reads back JSON lines: the job's own output lines (``{"line": ...}``), then one
 ``{"summary": ..., "code": ...}`` (the summary of ``loglake.jobs.protocol``, as a spark-submitted
@@ -17,7 +17,7 @@ Each job runs in a thread of its own with a Spark session of its own
 the SparkContext, the JVM and Delta's caches are shared) and a job group, cancelled when
 the client goes away (an Airflow task killed or timed out). Jobs of different datasets run
 side by side up to ``LOGLAKE_SPARK_JOBS_CONCURRENCY`` (2); each dataset's writers still
-take turns through the dataset's lease (``loglake.ledger.leases``), and the jobs the registry
+take turns through the dataset's lease (``loglake.leases``), and the jobs the registry
 marks ``gated`` (quality) one at a time behind the quality gate.
 SIGTERM stops it: running jobs are cancelled (their clients see a transient failure and
 retry), the session is stopped.
@@ -61,7 +61,7 @@ from loglake.core.config import Config, load_config
 from loglake.core.errors import JobCancelled, JobFailure, LoglakeError, ParamError
 from loglake.jobs import registry
 from loglake.jobs.launch import spark_conf
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import JobRequest
 from loglake.jobs.session import get_spark
 from loglake.jobs.shared_app import address_file, identity
 from loglake.observe import exporter
@@ -120,28 +120,28 @@ class Server:
                     return False
 
         try:
-            request = json.loads(reader.readline() or "null")
+            message = json.loads(reader.readline() or "null")
         except ValueError:
-            request = None
-        if not isinstance(request, dict) or not secrets.compare_digest(str(request.get("token", "")), self.token):
+            message = None
+        if not isinstance(message, dict) or not secrets.compare_digest(str(message.get("token", "")), self.token):
             send({"refused": "not a request of this state directory's clients (wrong or missing token)"})
             return
-        if request.get("ping"):
+        if message.get("ping"):
             send({"pong": True, "pid": os.getpid(), "running": dict(self.running), "served": self.served,
                   **self.identity})
             return
-        reason = self._refusal(request)
+        reason = self._refusal(message)
         if reason:
             send({"refused": reason})
             return
-        job, argv = request["job"], [str(a) for a in request.get("argv", [])]
-        group = f"loglake-{job}-{secrets.token_hex(4)}"
+        asked = message["request"]
+        group = f"loglake-{asked['job']}-{secrets.token_hex(4)}"
         with self.lock:
-            self.running[group] = " ".join([job, *argv[:2]])
+            self.running[group] = " ".join(str(asked.get(k, "")) for k in ("job", "dataset"))
         gone = threading.Event()
         outcome: dict = {}
         worker = threading.Thread(target=self._run, name=group, daemon=True,
-                                  args=(job, argv, request.get("lease"), group, gone, send, outcome))
+                                  args=(asked, message.get("lease"), group, gone, send, outcome))
         worker.start()
         # The client only listens; if it goes away (its task was killed), cancel the job.
         try:
@@ -156,16 +156,17 @@ class Server:
                 self.running.pop(group, None)
         send({"summary": outcome.get("summary"), "code": outcome.get("code", 1)})
 
-    def _refusal(self, request: dict) -> str | None:
-        job = request.get("job")
+    def _refusal(self, message: dict) -> str | None:
+        asked = message.get("request")
+        job = asked.get("job") if isinstance(asked, dict) else None
         if job not in SERVED:
             return f"job {job!r} is not run by the shared application (one of {', '.join(SERVED)})"
         if self.stopping.is_set():
             return "the shared application is stopping"
         for key, what in (("home", "state directory"), ("conf", "conf directory"), ("profile", "profile"),
                           ("code", "code (loglake/, spark_jobs/ changed since it started)")):
-            if request.get(key) != self.identity[key]:
-                return f"it runs for another {what}: {self.identity[key]!r}, not {request.get(key)!r}"
+            if message.get(key) != self.identity[key]:
+                return f"it runs for another {what}: {self.identity[key]!r}, not {message.get(key)!r}"
 
         try:
             now = spark_conf(load_config())
@@ -175,17 +176,16 @@ class Server:
             return "the profile's Spark settings changed since it started (`loglake down` and `up` restart it)"
         return None
 
-    def _run(self, job: str, argv: list[str], lease: str | None, group: str, gone: threading.Event,
-             send, outcome: dict) -> None:
+    def _run(self, asked: dict, lease: str | None, group: str, gone: threading.Event, send, outcome: dict) -> None:
 
         self.sinks.sink = lambda text: send({"line": text})
         try:
-            body = importlib.import_module(SERVED[job]).run_job
+            request = JobRequest.from_dict(asked)
+            body = importlib.import_module(SERVED[request.job]).run_job
             queued: dict[str, float] = {}
-            turn = functools.partial(self._session, group, JobRequest.parse(job, argv), gone, queued)
+            turn = functools.partial(self._session, group, request, gone, queued)
             # The lease first (``entry.execute``), then a slot and the gate (``_session``).
-            summary = entry.execute(job, argv, body, turn,
-                                    inherited=lease, export=False, cancel=gone)
+            summary = entry.execute(request, body, turn, inherited=lease, export=False, cancel=gone)
             outcome.update(summary=replace(summary, queued_seconds=queued.get("seconds")).to_dict(), code=0)
         except LoglakeError as e:
             print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -202,7 +202,7 @@ class Server:
             self.sinks.sink = None
             with self.lock:
                 self.served += 1
-            self._log(f"{group} {' '.join(argv[:2])}: {'ok' if outcome.get('code') == 0 else 'failed'}")
+            self._log(f"{group} {asked.get('dataset')}: {'ok' if outcome.get('code') == 0 else 'failed'}")
 
     @contextmanager
     def _session(self, group: str, request: JobRequest, gone: threading.Event, queued: dict, config: Config,

@@ -25,7 +25,7 @@ from loglake.core.errors import ParamError
 from loglake.core.paths import code_digest
 from loglake.core.processes import Managed
 from loglake.jobs import registry
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import JobRequest
 
 NAME = "spark-jobs"
 # The jobs it runs (the speed stream is an application of its own).
@@ -148,7 +148,7 @@ def submit(config: Config, request: JobRequest, output: Callable[[str], None] | 
     address, conn, waited = found
     with conn:
         conn.settimeout(None)
-        body = {"token": address.get("token"), "job": request.job, "argv": request.argv(), "lease": lease,
+        body = {"token": address.get("token"), "request": request.to_dict(), "lease": lease,
                 **identity(config)}
         try:
             conn.sendall((json.dumps(body) + "\n").encode())

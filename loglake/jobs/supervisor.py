@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from loglake.jobs.protocol import arg_of, read_failure
+from loglake.jobs.protocol import read_failure
+from loglake.jobs.requests import file_of
 
 
 class Backoff:
@@ -46,15 +47,15 @@ def supervise(argv: list[str]) -> int:
 
     Used for the background speed stream: a crash (OOM, broker restart) costs a restart,
     never data, because the stream resumes from its checkpoint. A job that reported a
-    permanent error in its ``--summary-file`` (a bad pattern, data loss: a restart would
+    permanent error in its request's ``summary_file`` (a bad pattern, data loss: a restart would
     fail the same way) is not restarted; the summary stays for ``loglake status``.
 
     The backoff doubles from 1 s to 60 s while the job crashes without doing anything; it
-    starts at 1 s again once a run made progress (its ``--progress-file`` was written after
+    starts at 1 s again once a run made progress (its ``progress_file`` was written after
     it started: a committed micro-batch) or lived a minute. SIGTERM ends a wait at once.
     """
-    summary_file = arg_of(argv, "--summary-file")
-    progress_file = arg_of(argv, "--progress-file")
+    summary_file = file_of(argv, "summary_file")
+    progress_file = file_of(argv, "progress_file")
     stopping = threading.Event()
     child: subprocess.Popen | None = None
 

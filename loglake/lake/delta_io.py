@@ -33,9 +33,9 @@ from pyspark.sql import functions as F
 
 from loglake.core.objectstore import delta_location
 from loglake.core.retrying import attempts_made
-from loglake.ledger.leases import check_lease
+from loglake.leases import check_lease
 from loglake.ledger.snapshots import BATCH_KEY, STREAM_KEY, stream_batch
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -92,11 +92,12 @@ def to_delta(df: DataFrame, mode: str, stats: Sequence[str] | None = None) -> Da
     return writer.option(STATS_COLUMNS, ",".join(keep)) if keep else writer
 
 
-def committed_version(path: str, app_id: str) -> int | None:
+def committed_version(path: str, app_id: str, store=None) -> int | None:
     """The newest version that ``app_id`` committed to the table at ``path`` (None if none, or
     no table yet): its commits' metadata or its SetTransaction, read from the Delta log (all of
-    it, if need be) without a Spark job."""
-    return stream_batch(path, app_id)
+    it, if need be) without a Spark job. ``store``, here and below: the object store the table
+    is on (the config's ``object_store``), which delta-rs reads it with."""
+    return stream_batch(path, app_id, store=store)
 
 
 def stream_metadata(app_id: str, version: int, metadata: dict | None = None) -> dict:
@@ -120,8 +121,8 @@ def replace_rows(spark: SparkSession, df: DataFrame, path: str, predicate: str,
     an append landed while it ran, whatever rows either touched. Hence: when the table holds
     no matching row (a range recomputed for the first time, the common case) a plain append
     does the same, and a blind append never conflicts with another; otherwise the overwrite
-    runs inside ``pause`` (``loglake.ledger.leases.appends_paused``: the stream holds its appends),
-    retried on conflicts. Only the single writer of the dataset (``loglake.ledger.leases``) writes
+    runs inside ``pause`` (``loglake.leases.appends_paused``: the stream holds its appends),
+    retried on conflicts. Only the single writer of the dataset (``loglake.leases``) writes
     rows matching ``predicate``, so none can appear between the check and the append.
     ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
@@ -150,12 +151,13 @@ def delete_rows(spark: SparkSession, path: str, predicate: str,
     return attempts
 
 
-def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str], what: str = "") -> list[str]:
+def add_missing_columns(spark: SparkSession, path: str, columns: dict[str, str], what: str = "",
+                        store=None) -> list[str]:
     """Add the ``columns`` (name → Spark SQL type) the Delta table at ``path`` lacks, as
     nullable columns (``ALTER TABLE ... ADD COLUMNS``): rows written before read them as
     null. A column it has already is left as it is (a type that differs is refused earlier,
-    at config load: ``loglake.ledger.schemas``). Returns the columns added; no table: none."""
-    table = open_table(path)
+    at config load: ``loglake.schema_versions``). Returns the columns added; no table: none."""
+    table = open_table(path, store=store)
     if table is None:
         return []
     have = {f.name.lower() for f in table.schema().fields}
@@ -182,7 +184,7 @@ APPENDED_BY_DELTA_RS = {"delta.checkpointInterval": "10"}
 
 
 def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = None,
-                      properties: Mapping[str, str] | None = None) -> None:
+                      properties: Mapping[str, str] | None = None, store=None) -> None:
     """Create the Delta table at ``path`` with ``df``'s schema and no rows, unless it exists
     (``stats``: ``to_delta``'s); with ``properties`` as its table properties, set now on a table
     that exists without them."""
@@ -191,13 +193,13 @@ def create_if_missing(df: DataFrame, path: str, stats: Sequence[str] | None = No
         check_lease(f"create {path}")
         writer.save(path)
     if properties:
-        ensure_properties(df.sparkSession, path, properties)
+        ensure_properties(df.sparkSession, path, properties, store)
 
 
-def ensure_properties(spark: SparkSession, path: str, props: Mapping[str, str]) -> dict[str, str]:
+def ensure_properties(spark: SparkSession, path: str, props: Mapping[str, str], store=None) -> dict[str, str]:
     """Set the table properties of ``props`` that the Delta table at ``path`` lacks or holds with
     another value (one ``ALTER TABLE ... SET TBLPROPERTIES`` commit); those set."""
-    table = open_table(path)
+    table = open_table(path, store=store)
     if table is None:
         return {}
     have = table.metadata().configuration
@@ -217,9 +219,9 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     ``checked``: Delta checks that against the table's SetTransaction and records it (the
     state reconstruction above); not checked: the caller knows it did not land (a stream's
     micro-batch after its query's first: Spark runs each once, in order, and one query runs
-    per checkpoint, ``loglake.ledger.leases.stream_lease``). Either way the commit's ``userMetadata``
+    per checkpoint, ``loglake.leases.stream_lease``). Either way the commit's ``userMetadata``
     (JSON) names (app_id, version) beside ``metadata`` (e.g. the schema version).
-    ``mergeSchema``: a column the dataset's schema added since (``loglake.ledger.schemas``: only
+    ``mergeSchema``: a column the dataset's schema added since (``loglake.schema_versions``: only
     additive changes get this far) is added to the table; older rows read it as null.
     ``stats``: ``to_delta``'s (the table's statistics columns if this creates it).
     """
@@ -236,7 +238,7 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
 
 
 def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | None = None, *,
-                 checked: bool = True) -> bool:
+                 checked: bool = True, store=None) -> bool:
     """``append_idempotent`` for a few rows the driver holds (a pyarrow Table of the table's
     columns): the same commit — its ``userMetadata``, its SetTransaction (app_id, version) —
     made by delta-rs, with no Spark job (for a few rows, a fraction of a Spark commit's cost:
@@ -253,7 +255,7 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake  # deferred: the speed layer only
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-    uri, options = delta_location(path)
+    uri, options = delta_location(path, store)
     props = CommitProperties(custom_metadata={"userMetadata": json.dumps(stream_metadata(app_id, version, metadata),
                                                                          sort_keys=True)},
                              app_transactions=[Transaction(app_id=app_id, version=version)])
@@ -358,7 +360,7 @@ NEWER = ("(s._partition = t._partition AND s._offset > t._offset) OR (s._partiti
 
 
 def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int,
-                 stats: Sequence[str] | None = None, *, checked: bool = True) -> int:
+                 stats: Sequence[str] | None = None, *, checked: bool = True, store=None) -> int:
     """Fold a batch of changes into the latest-state table at ``path``; returns the attempts made.
 
     Newest offset per key wins within the batch and across batches (an older change
@@ -373,7 +375,7 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
         create_if_missing(changes.select(*state_cols), path, stats)
     elif _known_columns.get(path) != tuple(state_cols):
         # A field the schema added since (an additive change): the state table gains it first.
-        add_missing_columns(spark, path, columns_of(changes, state_cols), "latest state")
+        add_missing_columns(spark, path, columns_of(changes, state_cols), "latest state", store)
         _known_columns[path] = tuple(state_cols)
     newest = latest_per_key(changes, key)
     newer = NEWER

@@ -3,7 +3,7 @@
 Every writer of a dataset's typed tables (the speed stream at its start, the batch job,
 quarantine replay) calls ``prepare`` first. It refuses a breaking change (checked again
 here: the job may run long after the CLI loaded the conf), records the conf's schema as a
-new version when it is a form not recorded yet (``loglake.ledger.schemas``), and adds the fields
+new version when it is a form not recorded yet (``loglake.schema_versions``), and adds the fields
 the conf gained to the writer's own tables as nullable columns, so that every table has
 them from then on and older rows read them as null. The version returned is recorded with
 what the writer writes (ledger ranges, speed commits' ``userMetadata``).
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import FIELD_TYPES, SCHEMAS
 from loglake.core.errors import ConfigError
-from loglake.ledger.schemas import current_version, new_version_row
+from loglake.schema_versions import current_version, new_version_row
 from loglake.lake.delta_io import add_missing_columns
 from loglake.lake.system_tables import append
 
@@ -48,5 +48,6 @@ def prepare(spark: SparkSession, config: Config, ds: Dataset, layers: tuple[str,
     fields = {name: FIELD_TYPES.get(f.type, f.type) for name, f in ds.fields.items()}
     for layer in layers:
         if getattr(ds.tables, layer, None) is not None:
-            add_missing_columns(spark, config.table_path(ds, layer), fields, f"schema version {version}")
+            add_missing_columns(spark, config.table_path(ds, layer), fields, f"schema version {version}",
+                                config.object_store)
     return version

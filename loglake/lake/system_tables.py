@@ -17,7 +17,7 @@ from loglake.core.contracts import LEDGER, SystemTable
 from loglake.core.errors import ForeignCommitError
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.ledger.ranges import ledger_rows
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 from loglake.lake.delta_io import retry_conflicts, table_exists
 
 
@@ -92,7 +92,7 @@ def serving_versions(config: Config, ds) -> dict:
     out = {}
     for layer, column in (("batch", "batch_version"), ("quarantine", "quarantine_version")):
         path = config.table_path(ds, layer)
-        table = open_table(path)
+        table = open_table(path, store=config.object_store)
         out[column] = None if table is None else table.version()
         found = None if out[column] is None else unserved_foreign_commits(config, ds, layer, rows, out[column])
         if found and found[1]:

@@ -21,7 +21,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.contracts import MAINTENANCE_LOG
 from loglake.core.errors import ParamError
 from loglake.ledger.ranges import ledger_rows, serving_record
-from loglake.ledger.tables import dataset_tables, open_table, query
+from loglake.tables import dataset_tables, open_table, query
 
 _METRICS = (("numOutputRows", "+{} rows"), ("num_added_rows", "+{} rows"), ("numTargetRowsInserted", "+{} inserted"),
             ("numTargetRowsUpdated", "{} updated"), ("numTargetRowsDeleted", "{} deleted"),
@@ -65,7 +65,7 @@ def _txn(path: str, version: int) -> dict | None:
 
 
 def _maintenance(config: Config, path: str) -> list[dict]:
-    table = open_table(config.system_table_path(MAINTENANCE_LOG))
+    table = open_table(config.system_table_path(MAINTENANCE_LOG), store=config.object_store)
     if table is None:
         return []
     quoted = path.replace("'", "''")
@@ -129,8 +129,9 @@ def _commit(version: int, entry: dict | None) -> dict:
 
 
 def foreign_commits(path: str, served: int | None, served_at_ms: int | None = None,
-                    upto: int | None = None) -> list[dict]:
-    """The commits loglake did not make (``made_by_loglake``) that the table at ``path`` holds
+                    upto: int | None = None, store=None) -> list[dict]:
+    """The commits loglake did not make (``made_by_loglake``) that the table at ``path`` (on
+    ``store``, the config's ``object_store``) holds
     at version ``upto`` (None: its newest) since version ``served`` (None: since it was
     created), oldest first, each ``{"version", "operation", "engine", "timestamp"}``.
 
@@ -141,7 +142,7 @@ def foreign_commits(path: str, served: int | None, served_at_ms: int | None = No
     so all its commits count. No table: none.
     """
 
-    table = open_table(path, upto)
+    table = open_table(path, upto, store)
     if table is None:
         return []
     newest = table.version()
@@ -228,7 +229,7 @@ def table_history(config: Config, table: str, limit: int = 20) -> list[dict]:
     if limit < 1:
         raise ParamError("limit", f"must be >= 1, found {limit}")
     ref = resolve(config, table)
-    delta = open_table(ref.path)
+    delta = open_table(ref.path, store=config.object_store)
     if delta is None:
         raise ParamError("table", f"{ref.name} has no Delta table yet at {ref.path}")
     maintenance = _maintenance(config, ref.path)
@@ -265,4 +266,4 @@ def unserved_foreign_commits(config: Config, ds: Dataset, layer: str, ledger: li
     served = None if point is None else point.get(f"{layer}_version")
     at = None if point is None else point["committed_at"]
     at_ms = None if at is None else int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
-    return served, foreign_commits(path, served, at_ms, upto)
+    return served, foreign_commits(path, served, at_ms, upto, config.object_store)

@@ -23,9 +23,9 @@ from loglake.core.contracts import LEDGER
 from loglake.core.errors import ParamError
 from loglake.core.objectstore import delta_location
 from loglake.kafka.admin import dataset_bounds, group_offsets
-from loglake.ledger.leases import check_lease, writer
+from loglake.leases import check_lease, writer
 from loglake.ledger.ranges import batch_watermarks, ledger_path
-from loglake.ledger.tables import landed_positions
+from loglake.tables import landed_positions
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,6 @@ def _append_lost(config: Config, ds: Dataset, losses: list[Loss], reason: str, r
              "committed_at": now, "batch_version": None, "quarantine_version": None, "reason": reason,
              "recorded_by": recorded_by} for loss in losses]
     table = pa.Table.from_pylist(rows, schema=LEDGER.contract.arrow_schema())
-    uri, options = delta_location(ledger_path(config))
+    uri, options = delta_location(ledger_path(config), config.object_store)
     check_lease("record the loss in the ledger")
     write_deltalake(uri, table, mode="append", schema_mode="merge", storage_options=options)

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import LEDGER
 from loglake.kafka.admin import log_bounds
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 
 
 def ledger_path(config: Config) -> str:
@@ -27,7 +27,7 @@ def ledger_rows(config: Config, ds: Dataset, version: int | None = None) -> list
     ``version`` of the ledger (its current one by default). Columns a ledger written by an
     older loglake lacks read as None."""
 
-    table = open_table(ledger_path(config), version)
+    table = open_table(ledger_path(config), version, config.object_store)
     if table is None:
         return []
     present = set(table.schema().to_arrow().names)

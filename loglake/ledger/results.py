@@ -13,11 +13,11 @@ from datetime import datetime
 
 from loglake.core.config import Config, Dataset, expectation_label
 from loglake.core.contracts import AUDIT_RESULTS, MAINTENANCE_LOG, QUALITY_RESULTS, SystemTable
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 
 
 def _rows(config: Config, table: SystemTable, ds: Dataset, order: str) -> list[dict]:
-    t = open_table(config.system_table_path(table))
+    t = open_table(config.system_table_path(table), store=config.object_store)
     if t is None:
         return []
     name = ds.name.replace("'", "''")

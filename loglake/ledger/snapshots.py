@@ -45,7 +45,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import KafkaUnavailableError
 from loglake.kafka.admin import list_topics, log_bounds
 from loglake.ledger.ranges import COVERING, compute_watermarks, ledger_path, ledger_rows, lost_ranges, serving_point
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 
 SPEED_SIDE = ("speed", "quarantine", "latest")
 
@@ -81,9 +81,9 @@ class DatasetSnapshot:
         return lost_ranges(self.ledger)
 
 
-def _version_at(path: str, timestamp_ms: int | None) -> int | None:
+def _version_at(path: str, timestamp_ms: int | None, store=None) -> int | None:
     """The table's current version, or its version as of ``timestamp_ms`` (None: no table then)."""
-    table = open_table(path)
+    table = open_table(path, store=store)
     if table is None:
         return None
     if timestamp_ms is None:
@@ -103,17 +103,17 @@ def _stream(config: Config, ds: Dataset) -> tuple[str, str] | None:
     The checkpoint may be a directory or on the lake's object store (``loglake.core.objectstore``)."""
     checkpoint = config.checkpoint_path(ds).removeprefix("file://").removeprefix("file:").rstrip("/")
     try:
-        meta = json.loads(objectstore.read_text(f"{checkpoint}/metadata").splitlines()[0])
+        meta = json.loads(objectstore.read_text(config.object_store, f"{checkpoint}/metadata").splitlines()[0])
         return speed_txn_app(ds, meta["id"]), checkpoint
     except (OSError, ValueError, KeyError, IndexError):
         return None
 
 
-def _finished(checkpoint: str, batch_id: int, as_of_ms: int | None) -> bool:
+def _finished(checkpoint: str, batch_id: int, as_of_ms: int | None, store=None) -> bool:
     """Whether the stream finished micro-batch ``batch_id`` (by ``as_of_ms``): Spark records a
     batch in the checkpoint's commit log only after all of its writes returned."""
     try:
-        done_ms = objectstore.modified_ms(f"{checkpoint}/commits/{batch_id}")
+        done_ms = objectstore.modified_ms(store, f"{checkpoint}/commits/{batch_id}")
     except OSError:
         return False
     return as_of_ms is None or done_ms <= as_of_ms
@@ -128,13 +128,14 @@ WALK_COMMITS = 2_000
 WALK_SKEW_MS = 600_000
 
 
-def stream_commits(path: str, app: str, upto: int | None = None, limit: int | None = WALK_COMMITS):
+def stream_commits(path: str, app: str, upto: int | None = None, limit: int | None = WALK_COMMITS, store=None):
     """``(version, batch, timestamp ms)`` of the commits of stream ``app`` (the ``userMetadata`` of
     ``loglake.lake.delta_io.append_idempotent`` and of the stream's MERGE) to the table at
     ``path``, newest first, at or below version ``upto``; yields ``(version, None, timestamp)``
     for every other commit too, so that a caller can stop on time. Reads the history from the
-    newest commit down, in growing pages, at most ``limit`` commits (None: all)."""
-    table = open_table(path)
+    newest commit down, in growing pages, at most ``limit`` commits (None: all). ``store``: the
+    object store the table is on (the config's ``object_store``)."""
+    table = open_table(path, store=store)
     if table is None:
         return
     seen, page = 0, 32
@@ -158,24 +159,25 @@ def stream_commits(path: str, app: str, upto: int | None = None, limit: int | No
         seen, page = len(entries), page * 8
 
 
-def stream_batch(path: str, app: str, limit: int | None = None) -> int | None:
+def stream_batch(path: str, app: str, limit: int | None = None, store=None) -> int | None:
     """The newest micro-batch of stream ``app`` in the table at ``path`` (None: none): from its
     commits' metadata, or Delta's SetTransaction record (tables written before the metadata named
     the batch). ``limit``: commits read at most (None: all, the check before a replay)."""
-    table = open_table(path)
+    table = open_table(path, store=store)
     if table is None:
         return None
     txn = table.transaction_version(app)
-    tagged = next((b for _v, b, _t in stream_commits(path, app, limit=limit) if b is not None), None)
+    tagged = next((b for _v, b, _t in stream_commits(path, app, limit=limit, store=store) if b is not None), None)
     return max((b for b in (txn, tagged) if b is not None), default=None)
 
 
-def _through_tagged(path: str, table, app: str, batch_id: int, since_ms: int | None) -> int | None | bool:
+def _through_tagged(path: str, table, app: str, batch_id: int, since_ms: int | None,
+                    store=None) -> int | None | bool:
     """``_through`` from the commits' metadata; False when no commit of ``app`` is found in the
     walk (a table the stream wrote before its commits named their batch: ask the SetTransaction)."""
     upto = table.version()
     first_after, found = None, False
-    for version, batch, ts in stream_commits(path, app, upto):
+    for version, batch, ts in stream_commits(path, app, upto, store=store):
         if batch is not None:
             found = True
             if batch <= batch_id:
@@ -188,14 +190,15 @@ def _through_tagged(path: str, table, app: str, batch_id: int, since_ms: int | N
     return None if first_after == 0 else first_after - 1
 
 
-def _through(table, app: str, batch_id: int, path: str | None = None, since_ms: int | None = None) -> int | None:
+def _through(table, app: str, batch_id: int, path: str | None = None, since_ms: int | None = None,
+             store=None) -> int | None:
     """The newest version of ``table`` (a delta-rs table at its pinned version) holding no
     batch of ``app`` after ``batch_id`` (None: none, the table did not exist yet then).
     ``path``: read the commits' metadata (the walk stops at commits written ``WALK_SKEW_MS``
     before ``since_ms``, the newest commit of the stream); else, and for tables from before
     the metadata, Delta's SetTransaction record version by version."""
     if table is not None and path is not None:
-        tagged = _through_tagged(path, table, app, batch_id, since_ms)
+        tagged = _through_tagged(path, table, app, batch_id, since_ms, store)
         if tagged is not False:
             return tagged
     while table is not None:
@@ -212,35 +215,37 @@ def pin(config: Config, ds: Dataset, as_of_ms: int | None = None) -> DatasetSnap
     """Pin ``ds``'s tables and ledger now (or as they were at ``as_of_ms``), in the order above."""
     layers = [layer for layer in SPEED_SIDE if getattr(ds.tables, layer, None)]
     paths = {layer: config.table_path(ds, layer) for layer in layers}
-    versions: dict[str, int | None] = {"speed": _version_at(paths["speed"], as_of_ms)}
+    store = config.object_store
+    versions: dict[str, int | None] = {"speed": _version_at(paths["speed"], as_of_ms, store)}
     stream = _stream(config, ds)
-    speed = None if stream is None or versions["speed"] is None else open_table(paths["speed"], versions["speed"])
+    speed = (None if stream is None or versions["speed"] is None
+             else open_table(paths["speed"], versions["speed"], store))
     newest, since_ms = None, None
     if speed is not None:
         newest = speed.transaction_version(stream[0])
-        for _v, batch, ts in stream_commits(paths["speed"], stream[0], versions["speed"]):
+        for _v, batch, ts in stream_commits(paths["speed"], stream[0], versions["speed"], store=store):
             if batch is not None:
                 newest, since_ms = max(batch, newest if newest is not None else batch), ts
                 break
     # Whether the stream finished its newest batch in the speed table: read before the other
     # speed-side tables are pinned, so that a finished batch is whole in them.
-    whole = newest is not None and _finished(stream[1], newest, as_of_ms)
+    whole = newest is not None and _finished(stream[1], newest, as_of_ms, store)
     for layer in layers[1:]:
-        versions[layer] = _version_at(paths[layer], as_of_ms)
+        versions[layer] = _version_at(paths[layer], as_of_ms, store)
     if newest is not None:
         through = newest if whole else newest - 1
         for layer in layers:
             table = speed if layer == "speed" else (
-                None if versions[layer] is None else open_table(paths[layer], versions[layer]))
-            versions[layer] = _through(table, stream[0], through, paths[layer], since_ms)
-    ledger_version = _version_at(ledger_path(config), as_of_ms)
+                None if versions[layer] is None else open_table(paths[layer], versions[layer], store))
+            versions[layer] = _through(table, stream[0], through, paths[layer], since_ms, store)
+    ledger_version = _version_at(ledger_path(config), as_of_ms, store)
     rows = [] if ledger_version is None else ledger_rows(config, ds, ledger_version)
     batch_version, quarantine_version = serving_point(rows)
     batch_path = config.table_path(ds, "batch")
     if batch_version is None:  # a ledger from before serving points: the batch table as it is (was)
-        batch_version = _version_at(batch_path, as_of_ms)
+        batch_version = _version_at(batch_path, as_of_ms, store)
         quarantine_version = versions.get("quarantine")
-    elif open_table(batch_path) is None:
+    elif open_table(batch_path, store=store) is None:
         batch_version = None
     versions["batch"] = batch_version
     return DatasetSnapshot(ds.name, versions, quarantine_version, ledger_version, rows)

@@ -29,10 +29,10 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError, ParamError
 from loglake.core.offsets import OffsetRange
 from loglake.jobs.launch import run_job
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import RebuildRequest
 from loglake.jobs.summaries import RebuildSummary
 from loglake.kafka.admin import dataset_bounds
-from loglake.ledger.planning import Plan
+from loglake.core.plans import Plan
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
 from loglake.speed.control import SpeedStream
 
@@ -133,7 +133,7 @@ def run_rebuild(config: Config, ds: Dataset, layers: list[str] | None, run_id: s
     try:
         for layer in layers:
             t0 = time.monotonic()
-            outcome = run_job(config, JobRequest("rebuild", ds.name, run_id=f"{run_id}-{layer}", layer=layer))
+            outcome = run_job(config, RebuildRequest(ds.name, layer, run_id=f"{run_id}-{layer}"))
             if not outcome.ok:
                 raise outcome.error(ds.name)
             s = outcome.summary

@@ -26,15 +26,15 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import RebuildRequest
 from loglake.jobs.summaries import BatchSummary, RebuildSummary
-from loglake.ledger.leases import check_lease
+from loglake.leases import check_lease
 from loglake.ledger.snapshots import pin
 from loglake.lifecycle.rebuild import batch_plan, check_layer, from_watermark
 from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
 from loglake.jobs import entry
-from loglake.records import parse
+from loglake.records import validation
 from loglake.records.kafka_source import check_retained, read_ranges
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.speed.stream import run_speed
@@ -92,9 +92,9 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
             delta_io.to_delta(state, "overwrite", ds.stats_columns).save(path)
     changes = None
     if ranges:
-        changes = parse.apply_transform(parse.valid_rows(parse.validate(read_ranges(spark, config, ranges), ds), ds), ds)
+        changes = validation.apply_transform(validation.valid_rows(validation.validate(read_ranges(spark, config, ranges), ds), ds), ds)
         delta_io.merge_latest(spark, changes, path, ds.key, f"loglake-rebuild-{ds.name}-{run_id}", 0,
-                              ds.stats_columns)
+                              ds.stats_columns, store=config.object_store)
     rows = spark.read.format("delta").load(path).count() if delta_io.table_exists(spark, path) else 0
     return RebuildSummary(dataset=ds.name, run_id=run_id, layer="latest", set_aside=aside,
                           from_batch_version=batch_version, offsets=sum(r.size for r in ranges), records=rows)
@@ -110,7 +110,7 @@ def rebuild(spark: SparkSession, config: Config, ds: Dataset, layer: str, run_id
     return replace(out, seconds=round(time.monotonic() - started, 3))
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> RebuildSummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: RebuildRequest) -> RebuildSummary:
     return rebuild(spark, config, ds, request.layer, request.run_id)
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ParamError
 from loglake.jobs.launch import run_job
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import ReplayRequest
 from loglake.jobs.summaries import ReplaySummary
 
 
@@ -64,7 +64,7 @@ def run_replay(config: Config, ds: Dataset, run_id: str, reason_code: str | None
     if reason_code is not None and not reason_code.strip():
         raise ParamError("reason_code", "a quarantine reason code such as out_of_domain (docs/configuration.md: "
                                         "Quarantine reasons), or leave it out for every reason")
-    outcome = run_job(config, JobRequest("replay", ds.name, run_id=run_id, reason_code=reason_code or None,
+    outcome = run_job(config, ReplayRequest(ds.name, run_id=run_id, reason_code=reason_code or None,
                                          dry_run=dry_run))
     if not outcome.ok:
         raise outcome.error(ds.name)

@@ -2,7 +2,7 @@
 
 A record is quarantined under the rules in force when its layer validated it. After a rule
 was loosened (an enum value added, a wider min/max, a field made optional: the additive
-schema changes of ``loglake.ledger.schemas``) some quarantined records are valid now. A replay
+schema changes of ``loglake.schema_versions``) some quarantined records are valid now. A replay
 re-validates each layer's quarantine under the current config, through the same
 parse/validate/transform code, and moves the records now valid into their layer:
 
@@ -36,16 +36,17 @@ from pyspark.sql import functions as F
 
 from loglake.core.config import Config, Dataset
 from loglake.core.offsets import OffsetRange
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import ReplayRequest
 from loglake.jobs.summaries import ReplaySummary
-from loglake.ledger.leases import appends_paused, check_lease
-from loglake.ledger.planning import Plan, plan_batch
+from loglake.leases import appends_paused, check_lease
+from loglake.core.plans import Plan
+from loglake.batch.planning import plan_batch
 from loglake.schemaregistry.resolve import resolve
 from loglake.serving.spark import serving_view
 from loglake.lake import delta_io
 from loglake.jobs import entry
 from loglake.lake import evolution
-from loglake.records import parse
+from loglake.records import validation
 from loglake.records.kafka_source import check_retained
 from loglake.quality.pipeline import recompute_and_publish
 
@@ -73,7 +74,7 @@ def revalidated(spark: SparkSession, config: Config, ds: Dataset, layer: str,
     kafka = q.select("key", "value", F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
                      F.col("_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"))
     was = q.select(*POSITION, F.col("reason_code").alias("_was"))
-    return parse.validate(kafka, ds).join(was, POSITION).localCheckpoint(eager=True)
+    return validation.validate(kafka, ds).join(was, POSITION).localCheckpoint(eager=True)
 
 
 def by_reason(checked: DataFrame | None) -> dict[str, dict[str, int]]:
@@ -102,7 +103,7 @@ def replay_speed(spark: SparkSession, config: Config, ds: Dataset, checked: Data
     moved = checked.where(F.col("_reason").isNull())
     version = evolution.prepare(spark, config, ds, ("speed",))
     speed_path = config.table_path(ds, "speed")
-    rows = parse.apply_transform(parse.valid_rows(moved, ds), ds)
+    rows = validation.apply_transform(validation.valid_rows(moved, ds), ds)
     if delta_io.table_exists(spark, speed_path):  # a replay cut short after its append: not twice
         held = spark.read.format("delta").load(speed_path).select(*POSITION)
         rows = rows.join(held, POSITION, "left_anti")
@@ -179,7 +180,7 @@ def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason
     return replace(out, seconds=round(time.monotonic() - started, 3))
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> ReplaySummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: ReplayRequest) -> ReplaySummary:
     return replay(spark, config, ds, request.run_id, request.reason_code, request.dry_run)
 
 

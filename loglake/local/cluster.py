@@ -36,7 +36,8 @@ from loglake.core.processes import (
 from loglake.jobs.launch import log4j_file, spark_home
 from loglake.kafka.admin import admin
 from loglake.kafka.security import BrokerSecurity
-from loglake.local.broker import EmbeddedKafka, _new_cluster_id
+from loglake.local.broker import EmbeddedKafka
+from loglake.local.broker_files import new_cluster_id
 
 _MASTER = re.compile(r"^spark://(localhost|127\.0\.0\.1):(\d+)$")
 
@@ -84,7 +85,7 @@ class LocalCluster:
         if state.get("broker_ports") != ports or len(state.get("controller_ports", [])) != len(ports):
             # A spare few: a broker's port (not listening yet) may be among those free now.
             chosen = [p for p in free_ports(len(ports) + 4) if p not in ports]
-            state = {"cluster_id": _new_cluster_id(), "broker_ports": ports,
+            state = {"cluster_id": new_cluster_id(), "broker_ports": ports,
                      "controller_ports": chosen[:len(ports)], "master_ui_port": chosen[len(ports)]}
         return state
 

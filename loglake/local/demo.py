@@ -22,13 +22,13 @@ from loglake.jobs.registry import job
 from loglake.jobs.summaries import BatchSummary, JobSummary, QualitySummary
 from loglake.kafka.admin import dataset_state, log_bounds
 from loglake.ledger.results import last_maintenance
-from loglake.ledger.tables import open_table, query, table_counts
+from loglake.tables import layer_table, query, table_counts
 from loglake.local import stack
 from loglake.local.airflow_client import AirflowClient, run_seconds
 from loglake.local.airflow_standalone import EmbeddedAirflow
 from loglake.local.produce import produce
 from loglake.maintenance.runs import format_log_rows
-from loglake.ops.audit import AuditResult
+from loglake.ops.audit_report import AuditResult
 from loglake.ops.diff import DiffResult
 from loglake.speed.control import streams
 
@@ -186,7 +186,7 @@ def report_maintenance(config: Config, run: DagRun) -> bool:
 
 
 def batch_quarantined(config: Config, ds: Dataset) -> int:
-    t = open_table(config.table_path(ds, "quarantine"))
+    t = layer_table(config, ds, "quarantine")
     return 0 if t is None else query(t, "SELECT count(*) AS n FROM t WHERE _layer = 'batch'")[0]["n"]
 
 

@@ -57,7 +57,7 @@ def _generic(ds: Dataset) -> Callable[[random.Random, datetime], tuple[str, dict
 def _with_added_fields(ds: Dataset, gen: Callable) -> Callable:
     """A dataset's own generator (``sample(rng, now) -> (key, value)`` in its code file), plus a
     value for each field the dataset's schema gained since it was written (a schema change:
-    ``loglake.ledger.schemas``)."""
+    ``loglake.schema_versions``)."""
     def more(rng: random.Random, now: datetime) -> tuple[str, dict | None]:
         key, value = gen(rng, now)
         if value is not None:

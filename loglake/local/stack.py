@@ -22,9 +22,10 @@ from loglake.jobs import shared_app
 from loglake.jobs.launch import job_env, start_shared_application
 from loglake.kafka.admin import ensure_topic, list_topics
 from loglake.kafka.security import BrokerSecurity
-from loglake.ledger.schemas import SchemaChangeError, check
+from loglake.schema_versions import SchemaChangeError, check
 from loglake.local import statsd_exporter
-from loglake.local.airflow_standalone import ADMIN_USER, EmbeddedAirflow, password_file
+from loglake.local.airflow_env import ADMIN_USER, password_file
+from loglake.local.airflow_standalone import EmbeddedAirflow
 from loglake.local.broker import EmbeddedKafka
 from loglake.local.cluster import LocalCluster
 from loglake.local.apicurio import EmbeddedRegistry

@@ -8,7 +8,7 @@ command) or in-process (``run_maintenance``). For each of the dataset's tables t
    rows below the batch watermark W_p, and the speed layer's quarantine rows there
    (the batch layer's own quarantine rows cover those offsets now). The serving view
    never reads speed rows below W_p, so it returns the same rows before and after. The
-   stream holds its appends while the DELETE runs (``loglake.ledger.leases.appends_paused``):
+   stream holds its appends while the DELETE runs (``loglake.leases.appends_paused``):
    any append landing meanwhile would fail it.
 2. **optimize**: bin-packing compaction, or Z-order by ``maintenance.zorder_by`` on the
    tables that have those columns.
@@ -34,11 +34,11 @@ from pyspark.sql import SparkSession
 from loglake.core.config import MIN_VACUUM_RETENTION_HOURS, Config, Dataset, Maintenance
 from loglake.core.contracts import MAINTENANCE_LOG
 from loglake.core.predicates import below_watermark
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import MaintenanceRequest
 from loglake.jobs.summaries import MaintenanceSummary
-from loglake.ledger.leases import appends_paused
+from loglake.leases import appends_paused
 from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.tables import Snapshot, TableRef, dataset_tables, snapshot
+from loglake.tables import Snapshot, TableRef, dataset_tables, snapshot
 from loglake.maintenance.runs import EXPIRED_LAYERS
 from loglake.lake import delta_io
 from loglake.jobs import entry
@@ -98,7 +98,7 @@ def _operate(spark: SparkSession, t: TableRef, operation: str, fn: Callable[[], 
     file in the directory, since VACUUM deletes files no snapshot references any more.
     """
     def measure() -> tuple[Snapshot, tuple[int, int]]:
-        snap = snapshot(t.path)
+        snap = snapshot(t.path, t.store)
         return snap, storage_files(spark, t.path) if storage else (snap.files, snap.bytes)
 
     started_at = datetime.now(timezone.utc)
@@ -172,7 +172,7 @@ def _maintain(spark: SparkSession, config: Config, ds: Dataset, t: TableRef, mar
     rows = []
     if policy.expire_speed and t.layer in EXPIRED_LAYERS:
         # A DELETE on a table the stream appends to: the stream holds its appends meanwhile
-        # (loglake.ledger.leases: any append landing during the DELETE would fail it).
+        # (loglake.leases: any append landing during the DELETE would fail it).
         with appends_paused(config, ds.name, f"maintenance {run_id}: expire {t.name}") if marks else nullcontext():
             rows.append(expire(spark, t, marks))
     rows.append(optimize(spark, t, policy.zorder_by))
@@ -205,7 +205,7 @@ def run_maintenance(spark: SparkSession, config: Config, ds: Dataset, run_id: st
                               operations=[{**r, "started_at": r["started_at"].isoformat()} for r in rows])
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> MaintenanceSummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: MaintenanceRequest) -> MaintenanceSummary:
     """The job under spark-submit: maintain the request's dataset."""
     return run_maintenance(spark, config, ds, request.run_id)
 

@@ -7,7 +7,7 @@ maintain, the CLI and the Spark job (``spark_jobs/maintenance.py``) share it.
 from __future__ import annotations
 
 from loglake.core.config import Config, Dataset
-from loglake.ledger.tables import existing_tables
+from loglake.tables import existing_tables
 
 # Expiry applies to the layers that hold speed rows; the latest table is a state, not a log.
 EXPIRED_LAYERS = ("speed", "quarantine")

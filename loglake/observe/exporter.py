@@ -155,7 +155,7 @@ def dataset_families(name: str, d: dict) -> list[Metric]:
     gauge("loglake_writer_lease_held", "1 while a batch-side job holds the dataset's writer lease.", one).add_metric(
         [name], 0.0 if holder is None else 1.0)
     if holder is not None:
-        # kind: what the lease was taken for (loglake.ledger.leases records it as ``operation``:
+        # kind: what the lease was taken for (loglake.leases records it as ``operation``:
         # batch, quality, maintenance, accept-loss, …).
         gauge("loglake_writer_lease_holder", "The holder of the writer lease (value 1).",
               ("dataset", "kind", "run_id", "host")).add_metric(

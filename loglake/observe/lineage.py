@@ -113,7 +113,7 @@ class JobLineage:
             data_quality_assertions_dataset, dataset_version_dataset, error_message_run, job_type_job
         )
 
-        from loglake.ledger.tables import snapshot
+        from loglake.tables import snapshot
 
         ranges_facet, table_facet, run_facet = _facets()
         run_facets: dict[str, Any] = {"loglake_run": run_facet(job=self.job, dataset=self.ds.name,
@@ -142,7 +142,7 @@ class JobLineage:
             facets: dict[str, Any] = {}
             if done:
                 try:
-                    version = snapshot(path).version
+                    version = snapshot(path, self.config.object_store).version
                 except FileNotFoundError:
                     version = None
                 if version is not None:

@@ -81,7 +81,7 @@ def record(config: Config, dataset: str, kind: str, at: float | None = None, **f
     where = f"{root}/{dataset}" if root else str(path(config, dataset))
     try:
         if root:
-            _STORE.record(f"{root}/{dataset}", event)
+            _STORE.record(config.object_store, f"{root}/{dataset}", event)
         else:
             _append(path(config, dataset), _line(event))
     except Exception as e:  # noqa: BLE001 - never the stream's or the job's failure
@@ -117,7 +117,7 @@ def events(config: Config, dataset: str, since: float | None = None) -> list[dic
     one, whatever ``since``); a line cut short by a crash is skipped."""
     root = store_root(config)
     if root:
-        base, _etag, every = _STORE.read(f"{root}/{dataset}", since)
+        base, _etag, every = _STORE.read(config.object_store, f"{root}/{dataset}", since)
     else:
         try:
             every = list(_parse_lines(path(config, dataset).read_text()))
@@ -140,7 +140,7 @@ def compact(config: Config, dataset: str, keep_seconds: float, now: float | None
     cutoff = (time.time() if now is None else now) - keep_seconds
     root = store_root(config)
     if root:
-        return _STORE.compact(f"{root}/{dataset}", cutoff)
+        return _STORE.compact(config.object_store, f"{root}/{dataset}", cutoff)
     file = path(config, dataset)
     with _locked(file):
         every = events(config, dataset)
@@ -164,7 +164,8 @@ def _split(every: list[dict], cutoff: float) -> tuple[dict, list[dict], list[dic
 
 class _ObjectSeries:
     """The series of an ``s3a://`` lake (the module's docstring): this process's windows it
-    writes, and the objects it has read, by ETag (a sample reads only what changed)."""
+    writes, and the objects it has read, by ETag (a sample reads only what changed). Each call
+    is given the store (the config's ``object_store``) its series is on."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -176,7 +177,7 @@ class _ObjectSeries:
     def _window_of(uri: str) -> int:
         return int(uri.rsplit("/", 1)[1].split("-", 1)[0])
 
-    def record(self, series_uri: str, event: dict) -> None:
+    def record(self, store, series_uri: str, event: dict) -> None:
         window = int(event["t"] // WINDOW_SECONDS * WINDOW_SECONDS)
         with self.lock:
             mine = self.windows.setdefault(series_uri, {})
@@ -184,16 +185,16 @@ class _ObjectSeries:
             for old in [w for w in mine if w < window - 6 * WINDOW_SECONDS]:  # never written again
                 del mine[old]
             text = "".join(_line(e) for e in mine[window])
-            objectstore.put_text(f"{series_uri}/events/{window:010d}-{self.writer}.jsonl", text)
+            objectstore.put_text(store, f"{series_uri}/events/{window:010d}-{self.writer}.jsonl", text)
 
-    def read(self, series_uri: str, since: float | None) -> tuple[dict | None, str | None, list[dict]]:
+    def read(self, store, series_uri: str, since: float | None) -> tuple[dict | None, str | None, list[dict]]:
         """(the base, its ETag, the events of the windows not wholly before ``since``).
 
         The windows first, the base last: a compaction writes its base before it deletes the
         windows it folded, so a window this read missed (deleted meanwhile) is in the base it
         reads after, and an event in both is counted once (``_with_base``). Read the other way
         round, a compaction between the two dropped the events it folded (a counter dipped)."""
-        listed = objectstore.listing(f"{series_uri}/events/")
+        listed = objectstore.listing(store, f"{series_uri}/events/")
         every = []
         with self.lock:
             for uri in [u for u in self.cache if u.startswith(f"{series_uri}/") and u not in listed]:
@@ -204,26 +205,26 @@ class _ObjectSeries:
             cached = self.cache.get(uri)
             if cached is None or cached[0] != tag:
                 try:
-                    cached = (tag, list(_parse_lines(objectstore.read_text(uri))))
+                    cached = (tag, list(_parse_lines(objectstore.read_text(store, uri))))
                 except FileNotFoundError:  # deleted by a compaction since the listing
                     continue
                 with self.lock:
                     self.cache[uri] = cached
             every.extend(cached[1])
         every.sort(key=lambda e: e.get("t", 0))
-        base, etag = objectstore.get_json(f"{series_uri}/base.json")
+        base, etag = objectstore.get_json(store, f"{series_uri}/base.json")
         return base, etag, every
 
-    def compact(self, series_uri: str, cutoff: float) -> int:
-        base, etag, every = self.read(series_uri, None)
+    def compact(self, store, series_uri: str, cutoff: float) -> int:
+        base, etag, every = self.read(store, series_uri, None)
         new_base, old, _kept = _split(_with_base(base, every), cutoff)
         if not old:
             return 0
-        if objectstore.put_json(f"{series_uri}/base.json", new_base, etag) is None:
+        if objectstore.put_json(store, f"{series_uri}/base.json", new_base, etag) is None:
             return 0  # another exporter compacted first: its base holds these events
-        for uri in objectstore.listing(f"{series_uri}/events/"):
+        for uri in objectstore.listing(store, f"{series_uri}/events/"):
             if self._window_of(uri) + WINDOW_SECONDS <= cutoff:
-                objectstore.delete(uri)
+                objectstore.delete(store, uri)
         return len(old)
 
 

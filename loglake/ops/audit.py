@@ -17,7 +17,8 @@ the newest version long before anything serves it, and a publish refuses to serv
 (``loglake.lake.system_tables.serving_versions``); the audit says which version is damaged and
 lists such commits of the batch and quarantine tables since the served versions.
 
-No JVM: the log is read with confluent-kafka, the tables with delta-rs. Reading order is
+No JVM: the log is read with confluent-kafka (``loglake.kafka.log``), the tables with delta-rs;
+the result, its rows in ``_audit_results`` and its lines are ``loglake.ops.audit_report``'s. Reading order is
 what makes it race-free while the stream and batch jobs run: the log's offsets first,
 then the speed position, then the watermarks, then the tables. Both layers commit their
 rows to Delta before they record a position, so the tables read last hold at least
@@ -29,200 +30,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from array import array
-from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from loglake.core.config import Config, Dataset
-from loglake.core.contracts import AUDIT_RESULTS
-from loglake.core.errors import KafkaUnavailableError
-from loglake.core.objectstore import delta_location
 from loglake.kafka.admin import group_offsets, log_bounds
+from loglake.kafka.log import LogPartition, read_log
 from loglake.ledger.history import unserved_foreign_commits
-from loglake.ledger.leases import holders
+from loglake.leases import holders
 from loglake.ledger.ranges import ledger_path, ledger_rows
 from loglake.ledger.snapshots import SPEED_SIDE, DatasetSnapshot, pin
-from loglake.ledger.tables import open_table
-from loglake.ops.coverage import Coverage, check_exactly_once, check_latest_state, describe_sample
-from loglake.ops.coverage import sample as first_offsets
-
-STALL_SECONDS = 30.0  # no record and no end-of-partition for this long: the broker is gone
-
-
-@dataclass
-class LogPartition:
-    """What one partition of the log holds below a limit: offsets, and for changelogs the
-    record keys and whether each record is a tombstone (null value)."""
-
-    offsets: np.ndarray
-    keys: list[str | None] | None = None
-    tombstone: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class AuditRow:
-    """One partition's batch or speed part at one point (``served``: the versions readers are
-    served; ``newest``: the tables' newest versions): the range checked, the counts, and the
-    first offending offsets (as numbers, and as text for an operator)."""
-
-    partition: int
-    layer: str
-    checked_from: int
-    checked_to: int
-    offsets_checked: int
-    missing: int
-    duplicated: int
-    unexpected: int
-    sample_missing: list[int]
-    sample_duplicated: list[int]
-    sample_unexpected: list[int]
-    describe_missing: str
-    describe_duplicated: str
-    describe_unexpected: str
-    ok: bool
-    point: str
-    table: str
-    table_version: int | None
-    quarantine_version: int | None
-
-
-@dataclass(frozen=True)
-class AuditTotals:
-    """Sums over some rows of an audit (those of one point): all ok, how many, the counts."""
-
-    ok: bool
-    rows: int
-    offsets_checked: int
-    missing: int
-    duplicated: int
-    unexpected: int
-
-    @classmethod
-    def of(cls, rows: list[AuditRow]) -> AuditTotals:
-        return cls(all(r.ok for r in rows), len(rows), sum(r.offsets_checked for r in rows),
-                   sum(r.missing for r in rows), sum(r.duplicated for r in rows), sum(r.unexpected for r in rows))
-
-
-@dataclass(frozen=True)
-class LostRange:
-    """Offsets ``[start, end)`` of a partition the log lost before a layer read them, accepted
-    by an operator (``loglake accept-loss``): not checked, reported."""
-
-    partition: int
-    start: int
-    end: int
-    reason: str
-    recorded_by: str
-    committed_at: str  # ISO 8601
-
-
-@dataclass(frozen=True)
-class AuditResult:
-    """One audit of a dataset. The totals are those of what readers are served; ``newest``
-    says the same of the newest versions, ``partitions`` holds the rows of both points."""
-
-    dataset: str
-    topic: str
-    kind: str
-    run_id: str
-    audited_at: str  # ISO 8601
-    ok: bool  # every row, served and newest
-    offsets_checked: int
-    missing: int
-    duplicated: int
-    unexpected: int
-    versions: dict[str, dict[str, int | None]]  # point → layer (and batch_quarantine) → version
-    newest: AuditTotals
-    foreign_commits: dict[str, list[dict]]  # table → loglake.ledger.history.foreign_commits
-    log_offsets_read: int
-    log_seconds: float
-    seconds: float
-    partitions: list[AuditRow]
-    notes: list[str]
-    lost: list[LostRange]
-
-    def to_dict(self) -> dict:
-        """The result as JSON carries it (the audit task's XCom)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> AuditResult:
-        """Back from ``to_dict``; the audit task's XCom leaves ``partitions`` out."""
-        return cls(**{**d, "newest": AuditTotals(**d["newest"]),
-                      "partitions": [AuditRow(**r) for r in d.get("partitions", [])],
-                      "lost": [LostRange(**r) for r in d["lost"]]})
-
-
-def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], keys: bool = False) -> dict[int, LogPartition]:
-    """The offsets the log actually holds in ``[start, end)`` per partition (``ranges``).
-
-    Offsets need not be contiguous (transaction markers, compaction), so they are read,
-    never computed from end - start. ``keys``: also keep record keys and tombstone flags.
-    """
-
-    consumer = Consumer(config.kafka_client_conf(**{
-        "group.id": "loglake-audit",
-        # Read-only: the audit never moves any group's position.
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        # What the tables hold: both layers read committed records only (Spark's Kafka source
-        # with kafka.isolation.level=read_committed), so records of aborted transactions are
-        # in no table, and the offsets they and the markers take are not missing.
-        "isolation.level": "read_committed",
-        # End of partition is how a partition whose last offsets are markers finishes.
-        "enable.partition.eof": True,
-        # If retention deletes the start while we read, continue from the new earliest.
-        "auto.offset.reset": "earliest",
-    }))
-    pending = {p for p, (s, e) in ranges.items() if e > s}
-    found = {p: array("q") for p in ranges}
-    found_keys: dict[int, list] = {p: [] for p in ranges}
-    found_tomb: dict[int, array] = {p: array("b") for p in ranges}
-    try:
-        if pending:
-            consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in sorted(pending)])
-        last_progress = time.monotonic()
-        while pending:
-            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
-            if msgs:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > STALL_SECONDS:
-                raise KafkaUnavailableError(f"reading {topic} partitions {sorted(pending)} for the audit: "
-                                            f"nothing arrived for {STALL_SECONDS:.0f}s")
-            done = set()
-            for m in msgs:
-                p = m.partition()
-                if p not in pending:
-                    continue
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        done.add(p)
-                        continue
-                    raise KafkaUnavailableError(f"reading {topic}[{p}] for the audit: {err}")
-                o = m.offset()
-                end = ranges[p][1]
-                if o < end:
-                    found[p].append(o)
-                    if keys:
-                        k = m.key()
-                        found_keys[p].append(None if k is None else k.decode("utf-8", "replace"))
-                        found_tomb[p].append(m.value() is None)
-                if o >= end - 1:
-                    done.add(p)
-            if done:
-                pending -= done
-                consumer.pause([TopicPartition(topic, p) for p in done])
-    finally:
-        consumer.close()
-    return {p: LogPartition(np.frombuffer(found[p], dtype=np.int64) if len(found[p]) else np.zeros(0, np.int64),
-                            found_keys[p] if keys else None,
-                            np.frombuffer(found_tomb[p], dtype=np.int8).astype(bool) if keys else None)
-            for p in ranges}
-
+from loglake.tables import open_table
+from loglake.ops.audit_report import AuditResult, AuditRow, AuditTotals, LostRange, iso, row, write_results
+from loglake.ops.coverage import Coverage, check_exactly_once, check_latest_state
 
 def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra: str = "",
                    version: int | None = None) -> dict[int, dict]:
@@ -232,7 +53,7 @@ def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra
     from deltalake import QueryBuilder
 
 
-    table = None if version is None else open_table(path, version)
+    table = None if version is None else open_table(path, version, config.object_store)
     if table is None:
         return {}
     cols = '"_partition", "_offset"' + (f', CAST("{extra}" AS VARCHAR) AS x' if extra else "")
@@ -276,7 +97,7 @@ def newest(config: Config, ds: Dataset) -> DatasetSnapshot:
     table), the batch part's quarantine at the quarantine table's newest version too."""
 
     def current(path: str) -> int | None:
-        table = open_table(path)
+        table = open_table(path, store=config.object_store)
         return None if table is None else table.version()
 
     versions = {layer: current(config.table_path(ds, layer)) for layer in SPEED_SIDE if getattr(ds.tables, layer, None)}
@@ -342,7 +163,7 @@ def _coverage_rows(ds: Dataset, snaps: dict, plans: dict, bounds: dict, after: d
                 quarantined = tables.quarantined(layer, versions[1]).get(p, {"offsets": empty})["offsets"]
                 cov = _check(ds, layer, log[p], start, end,
                              {"rows": own["offsets"], "state": own, "quarantine": quarantined})
-                rows.append(_row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
+                rows.append(row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
             if point == "served" and watermarks.get(p) is None:
                 notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
             if point == "served" and positions.get(p) is None:
@@ -421,7 +242,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
         log_offsets_read=sum(len(part.offsets) for part in log.values()),
         log_seconds=round(log_seconds, 3), seconds=round(time.monotonic() - started, 3),
         partitions=rows, notes=notes,
-        lost=[LostRange(r["partition"], r["start"], r["end"], r["reason"], r["recorded_by"], _iso(r["committed_at"]))
+        lost=[LostRange(r["partition"], r["start"], r["end"], r["reason"], r["recorded_by"], iso(r["committed_at"]))
               for r in snap.lost],
     )
     if record:
@@ -429,88 +250,3 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     return result
 
 
-def _iso(v):
-    return v.isoformat() if hasattr(v, "isoformat") else v
-
-
-def _row(p: int, layer: str, point: str, table: str, versions: tuple[int | None, int | None], start: int, end: int,
-         cov: Coverage, n: int) -> AuditRow:
-    return AuditRow(
-        partition=p, layer=layer, checked_from=start, checked_to=end,
-        offsets_checked=cov.checked, missing=len(cov.missing), duplicated=len(cov.duplicated),
-        unexpected=len(cov.unexpected), sample_missing=first_offsets(cov.missing, n),
-        sample_duplicated=first_offsets(cov.duplicated, n),
-        sample_unexpected=first_offsets(cov.unexpected, n),
-        describe_missing=describe_sample(cov.missing, n),
-        describe_duplicated=describe_sample(cov.duplicated, n),
-        describe_unexpected=describe_sample(cov.unexpected, n), ok=cov.ok,
-        point=point, table=table, table_version=versions[0], quarantine_version=versions[1],
-    )
-
-
-def write_results(config: Config, result: AuditResult, audited_at: datetime) -> None:
-    """Append the audit's rows to ``_audit_results`` (``loglake.core.contracts.AUDIT_RESULTS``)."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-
-    rows = [{
-        **{k: getattr(r, k) for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked",
-                                      "missing", "duplicated", "unexpected", "ok", "point", "table_version",
-                                      "quarantine_version")},
-        "dataset": result.dataset, "topic": result.topic, "run_id": result.run_id, "audited_at": audited_at,
-        "sample_missing": r.describe_missing, "sample_duplicated": r.describe_duplicated,
-        "sample_unexpected": r.describe_unexpected,
-    } for r in result.partitions]
-    path, options = delta_location(config.system_table_path(AUDIT_RESULTS))
-    # merge: a table an older loglake made gains the columns the contract added since.
-    write_deltalake(path, pa.Table.from_pylist(rows, schema=AUDIT_RESULTS.contract.arrow_schema()), mode="append",
-                    schema_mode="merge", storage_options=options)
-
-
-def _verdict(rows: list[AuditRow]) -> str:
-    bad = [f"{sum(getattr(r, k) for r in rows)} {k}" for k in ("missing", "duplicated", "unexpected")
-           if any(getattr(r, k) for r in rows)]
-    return ", ".join(bad) or "ok"
-
-
-def format_audit(result: AuditResult) -> list[str]:
-    """Lines for an operator: the verdict; per table, its served version and (where it differs)
-    its newest, each ok or damaged; then per partition, layer and version the counts and the
-    offending offsets (a sample, with the total, when there are many)."""
-    verdict = "OK" if result.ok else "FAILED"
-    newest = result.newest
-    lines = [f"audit {result.dataset} ({result.topic}, {result.kind}): {verdict}: "
-             f"{result.offsets_checked:,} offsets checked, {result.missing} missing, "
-             f"{result.duplicated} duplicated, {result.unexpected} unexpected"
-             + (f" in the served versions; the newest: {newest.missing} missing, {newest.duplicated} "
-                f"duplicated, {newest.unexpected} unexpected" if newest.rows else "")
-             + f" (run {result.run_id}, {result.seconds:.1f}s)"]
-    rows = result.partitions
-    for layer in ("batch", "speed"):
-        served = [r for r in rows if r.layer == layer and r.point == "served"]
-        newest_rows = [r for r in rows if r.layer == layer and r.point == "newest"]
-        if not served:
-            continue
-        r0 = served[0]
-        same = "" if newest_rows else "; the newest versions are these"
-        lines.append(f"  {r0.table} served version {r0.table_version}: {_verdict(served)} "
-                     f"(with quarantine version {r0.quarantine_version}{same})")
-        if newest_rows:
-            verdict = _verdict(newest_rows)
-            lines.append(f"  {newest_rows[0].table} newest version {newest_rows[0].table_version}: {verdict} "
-                         f"(with quarantine version {newest_rows[0].quarantine_version}"
-                         + ("; not served: readers stay on the served version)" if verdict != "ok" else ")"))
-    for r in rows:
-        lines.append(f"  [{r.partition}] {r.layer:<5} {r.point:<6} v{r.table_version} "
-                     f"[{r.checked_from}, {r.checked_to})  "
-                     f"{r.offsets_checked} checked  {r.missing} missing  {r.duplicated} duplicated  "
-                     f"{r.unexpected} unexpected")
-        for kind in ("missing", "duplicated", "unexpected"):
-            if getattr(r, kind):
-                lines.append(f"      {kind} offsets: {getattr(r, 'describe_' + kind)}")
-    lines += [f"  acknowledged loss: [{r.partition}] offsets [{r.start}, {r.end}) "
-              f"({r.end - r.start:,} offsets) accepted by {r.recorded_by} at {r.committed_at}: {r.reason}"
-              for r in result.lost]
-    lines += [f"  note: {n}" for n in result.notes]
-    return lines

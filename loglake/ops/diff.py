@@ -29,7 +29,7 @@ from loglake.core.contracts import DELETED, PROVENANCE
 from loglake.core.errors import ParamError
 from loglake.kafka.admin import group_offsets, list_topics
 from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.tables import open_table
+from loglake.tables import layer_table
 
 JOIN_KEY = tuple(c for c in PROVENANCE.names if c != "_kafka_timestamp")  # a record's coordinates
 # Columns one layer keeps for itself: the speed layer's changelog rows carry ``_deleted``
@@ -162,7 +162,7 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
 
     partitions = list_topics(config).get(ds.topic, 0)
     check_args(partition, start, end, partitions, names)
-    tables = {name: open_table(config.table_path(ds, layer))
+    tables = {name: layer_table(config, ds, layer)
               for name, layer in (("b", "batch"), ("s", "speed"), ("q", "quarantine"))}
     qb = QueryBuilder()
     for name, t in tables.items():
@@ -245,7 +245,7 @@ def _changed(qb, with_: str, columns: list[str], sample: int) -> Changed:
 
 
 def diff_plan(config: Config, ds: Dataset, plan) -> list[DiffResult]:
-    """One diff per range of ``plan`` (a ``loglake.ledger.planning.Plan``), e.g. after a batch run."""
+    """One diff per range of ``plan`` (a ``loglake.core.plans.Plan``), e.g. after a batch run."""
     return [diff_range(config, ds, r.partition, r.start, r.end) for r in plan.ranges if r.size]
 
 

@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import describe_holder
 from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
-from loglake.ledger.leases import holders
+from loglake.leases import holders
 from loglake.ledger.losses import speed_positions
 from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
 from loglake.ledger.results import AuditRecord, QualityRecord, last_audit, last_quality
-from loglake.ledger.schemas import format_text
-from loglake.ledger.schemas import schema_text as text
-from loglake.ledger.tables import dataset_tables, snapshot
+from loglake.schema_versions import format_text
+from loglake.schema_versions import schema_text as text
+from loglake.tables import dataset_tables, snapshot
 from loglake.schemaregistry.resolve import schema_status
 
 
@@ -80,9 +80,9 @@ class DatasetStatus:
     audit: AuditRecord | None
     tables: list[TableStatus] = field(default_factory=list)
     at: float = 0.0  # when it was read (epoch seconds): the "now" of every age above
-    writer: dict | None = None  # the holder of the dataset's lease (loglake.ledger.leases), None: free
+    writer: dict | None = None  # the holder of the dataset's lease (loglake.leases), None: free
     lost: list[dict] = field(default_factory=list)  # ranges accepted as lost (loglake.ledger.losses), oldest first
-    schema: dict = field(default_factory=dict)  # loglake.ledger.schemas.schema_status
+    schema: dict = field(default_factory=dict)  # loglake.schema_versions.schema_status
 
     def to_dict(self) -> dict:
         """JSON-ready (timestamps as ISO strings)."""
@@ -154,7 +154,7 @@ def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
     out = []
     for t in dataset_tables(config, ds):
         try:
-            snap = snapshot(t.path)
+            snap = snapshot(t.path, t.store)
         except FileNotFoundError:  # not created yet
             snap = None
         out.append(TableStatus(t.layer, t.name, t.path, snap and snap.version, snap and snap.files))

@@ -32,13 +32,13 @@ from loglake.core.offsets import OffsetRange
 from loglake.core.predicates import range_predicate
 from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import FailedExpectation, QualitySummary
-from loglake.ledger.leases import appends_paused, check_lease
-from loglake.ledger.planning import Plan
+from loglake.leases import appends_paused, check_lease
+from loglake.core.plans import Plan
 from loglake.ledger.ranges import ledger_path, ledger_rows, published_spans, uncovered
-from loglake.ledger.tables import staging_path, staging_root
+from loglake.tables import staging_path, staging_root
 from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
-from loglake.records import parse
+from loglake.records import validation
 from loglake.lake.delta_io import table_exists
 from loglake.records.kafka_source import read_ranges
 from loglake.lake.system_tables import append, append_ledger, serving_versions
@@ -214,7 +214,7 @@ def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: st
     batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
     if ds.kind == "changelog":
         # mergeSchema, never overwriteSchema: a column is never dropped from a served table
-        # (a field's removal is refused at config load, loglake.ledger.schemas).
+        # (a field's removal is refused at config load, loglake.schema_versions).
         check_lease(f"swap in {ds.tables.batch}")
         delta_io.to_delta(staged["batch"], "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
         where = f"_layer = 'batch' AND _topic = '{ds.topic}'"
@@ -273,6 +273,6 @@ def first_published(spark: SparkSession, config: Config, ds: Dataset, written: l
         else:
             again += [OffsetRange(ds.topic, w["partition"], s, e) for s, e in parts]
     if again:
-        validated = parse.validate(read_ranges(spark, config, again), resolve(config, ds))
+        validated = validation.validate(read_ranges(spark, config, again), resolve(config, ds))
         total += validated.where(F.col("_reason").isNull()).count()
     return total

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import QualityRequest
 from loglake.jobs.summaries import QualitySummary
 from loglake.jobs import entry
 from loglake.quality.gate import run_quality
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> QualitySummary:
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: QualityRequest) -> QualitySummary:
     """Validate and publish what the batch job of ``request.run_id`` wrote."""
     return run_quality(spark, config, ds, request.plan, request.run_id)
 

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.jobs.summaries import BatchSummary
-from loglake.ledger.planning import Plan
+from loglake.core.plans import Plan
 from loglake.quality.gate import run_quality
 from loglake.batch.recompute import run_batch
 

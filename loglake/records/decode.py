@@ -17,7 +17,7 @@ here). What does not decode gets its own reason, with the record's provenance:
 - as for JSON topics: ``oversized``, ``null_value`` (events), ``null_key`` and ``key_mismatch``
   (changelogs).
 
-The output has ``loglake.records.parse.validate``'s shape, so everything after it is shared.
+The output has ``loglake.records.validation.validate``'s shape, so everything after it is shared.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from loglake.core.config import Config
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import log_bounds
-from loglake.ledger.planning import validate_ranges
+from loglake.core.plans import validate_ranges
 
 
 def source_options(config: Config, topic: str) -> dict[str, str]:

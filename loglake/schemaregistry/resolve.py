@@ -7,7 +7,7 @@ carry, each with why the tables cannot hold it, if they cannot.
 
 Two rules decide, and the tables take the subject's newest version that passes both:
 
-- loglake's own rules of schema change (``loglake.ledger.schemas``): the change from the version
+- loglake's own rules of schema change (``loglake.schema_versions``): the change from the version
   they recorded last is additive (new optional fields: old rows read null); a version that would
   change or drop a column they hold is refused;
 - the format's rules of reading: the version, as the reader's schema, reads the records of every
@@ -34,8 +34,8 @@ from pydantic import ValidationError
 from loglake.core.config import Config, Dataset, RegistrySchemas, WriterSchema
 from loglake.core.errors import ConfigError, LoglakeError
 from loglake.core.retrying import retry_transient
-from loglake.ledger import schemas
-from loglake.ledger.schemas import (breaking_changes, compare, describe_changes, recorded_versions, spec_of,
+from loglake import schema_versions
+from loglake.schema_versions import (breaking_changes, compare, describe_changes, recorded_versions, spec_of,
                                     table_columns)
 import loglake.schemaregistry as registry
 from loglake.schemaregistry import SCHEMA_TYPES, Version, avro, jsonschema, protobuf, version, versions
@@ -320,14 +320,14 @@ def _read(known: list[Version]) -> str:
 
 
 def schema_status(config: Config, ds: Dataset) -> dict:
-    """``loglake.ledger.schemas.schema_status`` for any dataset: for a registry format also its
+    """``loglake.schema_versions.schema_status`` for any dataset: for a registry format also its
     subject, the version the tables take and what was refused; the registry away (or the
     subject not registered yet) is said, not raised."""
     if not ds.in_registry:
-        return schemas.schema_status(config, ds)
+        return schema_versions.schema_status(config, ds)
     try:
         ds = resolve(config, ds, versions(config, ds.subject_name, seconds=5.0))
     except LoglakeError as e:
-        return schemas.status_shape(format=ds.format, subject=ds.subject_name, registry_error=str(e))
-    return {**schemas.schema_status(config, ds), "subject": ds.subject_name, "subject_version": ds.registry.version,
+        return schema_versions.status_shape(format=ds.format, subject=ds.subject_name, registry_error=str(e))
+    return {**schema_versions.schema_status(config, ds), "subject": ds.subject_name, "subject_version": ds.registry.version,
             "schema_id": ds.registry.id, "registry_refused": ds.registry.refused}

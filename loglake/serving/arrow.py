@@ -4,7 +4,7 @@ The same rules and statements as the Spark side (``loglake.serving.sql``, plain 
 both engines run): a dataset's tables and ledger are pinned at one consistent point
 (``loglake.ledger.snapshots.pin``); the serving view is batch rows below each partition's
 watermark plus speed rows at or above it (a changelog: the newest row per key, tombstones
-dropped); a column one side lacks (a field added since, ``loglake.ledger.schemas``) reads as null.
+dropped); a column one side lacks (a field added since, ``loglake.schema_versions``) reads as null.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError, ParamError
-from loglake.ledger.planning import parse_timestamp
+from loglake.core.plans import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
-from loglake.ledger.tables import dataset_tables, open_table
+from loglake.tables import dataset_tables, layer_table
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 # Delta type names (delta-rs) → SQL types, for a column one side of a view lacks.
@@ -64,7 +64,7 @@ def read(config: Config, name: str):
         version = snap.version(layer)
         if version is None:
             raise FileNotFoundError(f"{name} has no table yet")
-        return _run({"t": open_table(config.table_path(ds, layer), version)}, "SELECT * FROM t")
+        return _run({"t": layer_table(config, ds, layer, version)}, "SELECT * FROM t")
     return serving_view(config, ds, snap)
 
 
@@ -73,7 +73,7 @@ def serving_view(config: Config, ds: Dataset, snap):
     for side, layer in (("b", "batch"), ("s", "speed")):
         version = snap.version(layer)
         if version is not None:
-            tables[layer] = (side, open_table(config.table_path(ds, layer), version))
+            tables[layer] = (side, layer_table(config, ds, layer, version))
     if not tables:
         raise FileNotFoundError(f"dataset {ds.name} has no speed or batch table yet")
     return _run({side: t for side, t in tables.values()}, view_sql(config, ds, snap, tables))
@@ -226,7 +226,7 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
                 version = snap.version(layer) if getattr(ds.tables, layer, None) else None
                 if version is not None:
                     tables[getattr(ds.tables, layer)] = (f'"{getattr(ds.tables, layer)}"',
-                                                        open_table(config.table_path(ds, layer), version))
+                                                        layer_table(config, ds, layer, version))
     for name in sorted(used):
         ds, layer = known[name]
         if layer is not None and name not in tables:

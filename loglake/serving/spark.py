@@ -16,9 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import ConfigError, ParamError
 from loglake.lake.delta_io import table_exists
-from loglake.ledger.planning import parse_timestamp
+from loglake.core.plans import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 _VERSION = re.compile(r"^\d+$")
@@ -51,7 +51,7 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
             if pinned is None:  # no table (yet, or at that time)
                 continue
             if snap is None:
-                check_version(name, path, pinned)
+                check_version(name, path, pinned, config.object_store)
             spark.sql(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta.`{path}` VERSION AS OF {pinned}")
             present[layer] = name
             names.append(name)
@@ -68,16 +68,16 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
     return names
 
 
-def check_version(name: str, path: str, version: int) -> None:
+def check_version(name: str, path: str, version: int, store=None) -> None:
     """A Delta version ``--as-of`` asks of a table that lacks it: a ParamError naming the
     table and the versions it has (not Spark's time-travel exception)."""
 
     try:
-        open_table(path, version)
+        open_table(path, version, store)
         return
     except Exception:  # deltalake: the version is past the newest or its log was cleaned up
         pass
-    newest = open_table(path)
+    newest = open_table(path, store=store)
     have = f"its newest is {newest.version()}" if newest is not None else "it has none"
     raise ParamError("--as-of", f"version {version} of {name} does not exist ({have}; versions are per table: "
                      f"`loglake history {name}` lists them, and a timestamp reads every table at one point)")
@@ -87,7 +87,7 @@ def aligned_sides(spark: SparkSession, tables: dict[str, str | None]) -> tuple[d
     """The serving view's columns — every column of either table (batch's order first),
     ``_deleted`` apart — and, per side, what to read: the table's name, or when it lacks
     some of those columns (a field the schema added that one table has not received yet,
-    ``loglake.ledger.schemas``) a subquery giving them as typed nulls."""
+    ``loglake.schema_versions``) a subquery giving them as typed nulls."""
     return null_filled({side: (name, {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields})
                         if name else None for side, name in tables.items()})
 

@@ -33,7 +33,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from loglake.core.config import load_config
-from loglake.jobs.protocol import JobRequest, read_failure, report
+from loglake.jobs.protocol import read_failure, report
+from loglake.jobs.requests import SpeedRequest
 from loglake.jobs.session import get_spark
 from loglake.jobs.supervisor import Backoff
 from loglake.observe import exporter
@@ -79,14 +80,14 @@ class Served:
 
     def _serve(self) -> None:
         files = self.files
-        request = JobRequest("speed", self.name, progress_file=str(files.progress)).argv()
+        request = SpeedRequest(self.name, progress_file=str(files.progress))
         backoff = Backoff(files.progress)
         try:
             while not self.stopping.is_set():
                 backoff.run_started()
                 self.starts += 1
                 try:
-                    report(entry.execute("speed", request, self._run_job, self._own_session), str(files.summary))
+                    report(entry.execute(request, self._run_job, self._own_session), str(files.summary))
                     return
                 except Exception as e:
                     failure, understood = entry.as_failure(e)  # said on stderr (a traceback if not understood)

@@ -21,12 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from loglake.core import paths
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import JobFailure
 from loglake.core.processes import Managed, wait_for
 from loglake.jobs.launch import JobOutcome, job_env, run_job, submit_command
-from loglake.jobs.protocol import JobRequest, read_failure
+from loglake.jobs.protocol import read_failure
+from loglake.jobs.registry import APPLICATIONS
+from loglake.jobs.requests import SpeedRequest
 
 APPLICATION = "speed"  # the managed process of the speed application
 STOP_WAIT_SECONDS = 60.0  # how long `stop` waits for one dataset's query to end in the running application
@@ -89,7 +90,7 @@ def start_application(config: Config) -> int:
     if pid:
         return pid
     cmd = [sys.executable, "-m", "loglake.jobs.supervisor",
-           *submit_command(config, str(paths.REPO_ROOT / "spark_jobs" / "speed_app.py"), [], "loglake-speed")]
+           *submit_command(config, str(APPLICATIONS["speed_app"].path), [], "loglake-speed")]
     return app.start(cmd, env=job_env(config))
 
 
@@ -118,8 +119,9 @@ class SpeedStream:
         """Where the stream reports how it ended (see ``failure``)."""
         return self.files.summary
 
-    def request(self, available_now: bool) -> JobRequest:
-        return JobRequest("speed", self.ds.name, available_now=available_now, progress_file=str(self.progress_file))
+    def request(self, available_now: bool) -> SpeedRequest:
+        self.progress_file.parent.mkdir(parents=True, exist_ok=True)
+        return SpeedRequest(self.ds.name, available_now=available_now, progress_file=str(self.progress_file))
 
     def blocked(self) -> dict | None:
         """Why the running stream waits (offsets Kafka lost, not yet accepted), or None."""

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import SpeedRequest
 from loglake.jobs.summaries import SpeedSummary
 from loglake.observe import exporter
 from loglake.speed.control import stream_files
@@ -37,7 +37,7 @@ def blocked_file(config: Config, ds: Dataset) -> Path:
     return stream_files(config.home, ds.name).blocked
 
 
-def run_job(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest,
+def run_job(spark: SparkSession, config: Config, ds: Dataset, request: SpeedRequest,
             stopping: threading.Event | None = None) -> SpeedSummary:
     """The job under spark-submit: run the stream; its summary (records, micro-batches, seconds).
 
@@ -121,7 +121,7 @@ class StreamsCollector(Collector):
         yield from (active, batch, rate, starts)
 
 
-def run_alone(spark: SparkSession, config: Config, ds: Dataset, request: JobRequest) -> SpeedSummary:
+def run_alone(spark: SparkSession, config: Config, ds: Dataset, request: SpeedRequest) -> SpeedSummary:
     """``run_job`` as a spark-submit of its own (a compose stack's speed container): a background
     stream serves its metrics on ``metrics.speed_port`` while it runs, listed as ``speed-<dataset>``."""
     if request.available_now:

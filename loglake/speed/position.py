@@ -12,7 +12,7 @@ from loglake.core.errors import DataLossError
 from loglake.core.offsets import spark_offsets_json
 from loglake.kafka.admin import list_topics, log_bounds
 from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
-from loglake.ledger.tables import landed_positions
+from loglake.tables import landed_positions
 from loglake.speed.checkpoint import checkpoint_position
 
 

@@ -50,12 +50,12 @@ from loglake.core.errors import StreamRunningError
 from loglake.core.offsets import parse_spark_offsets
 from loglake.jobs.summaries import SpeedSummary
 from loglake.kafka.admin import PositionCommitter, dataset_bounds
-from loglake.ledger.leases import StreamLease, stream_lease
+from loglake.leases import StreamLease, stream_lease
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.observe import series
 from loglake.schemaregistry.resolve import Follower
 from loglake.lake import delta_io, evolution
-from loglake.records import parse
+from loglake.records import validation
 from loglake.records.kafka_source import source_options
 from loglake.speed.checkpoint import checkpoint_position, has_offsets, planned_span, set_aside
 from loglake.speed.position import check_gaps, resume_offsets
@@ -154,8 +154,8 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     fresh = not has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
-    delta_io.create_if_missing(parse.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
-                               delta_io.APPENDED_BY_DELTA_RS)
+    delta_io.create_if_missing(validation.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
+                               delta_io.APPENDED_BY_DELTA_RS, config.object_store)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
     reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic, bounds and len(bounds))
                            if fresh else "earliest")

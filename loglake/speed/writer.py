@@ -12,10 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.lake import delta_io
-from loglake.ledger.leases import StreamLease, wait_while_paused
-from loglake.records import parse
-
-
+from loglake.leases import StreamLease, wait_while_paused
+from loglake.records import counting, validation
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
                   replay_possible: bool = True, small: bool = False, max_offsets: int | None = None,
@@ -26,7 +24,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
 
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones and carrying them to the driver while they are few
-    (``parse.counted``); those are then appended to quarantine by delta-rs (a Spark commit
+    (``counting.counted``); those are then appended to quarantine by delta-rs (a Spark commit
     costs a few hundred milliseconds more). Only beyond that bound does a
     second pass (which re-reads the batch but validates only the quarantined offsets the
     first one noted) append them. No cache: a micro-batch never sits in memory twice. Changelogs
@@ -44,7 +42,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     stream's, renewed (or found lost: ``StreamRunningError``) once the batch may commit.
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
-    # stream to hold its appends meanwhile (loglake.ledger.leases.appends_paused): hold this batch.
+    # stream to hold its appends meanwhile (loglake.leases.appends_paused): hold this batch.
     waited, request = wait_while_paused(config, ds.name)
     if request is not None:
         print(f"loglake: speed {ds.name}: batch {batch_id} held its appends {waited:.1f}s for {request['what']}",
@@ -52,13 +50,14 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     if lease is not None:
         lease.check()  # after a wait of any length: a stream whose lease was taken meanwhile stops here
     speed_path, quarantine_path = config.table_path(ds, "speed"), config.table_path(ds, "quarantine")
+    store = config.object_store
     # One Spark partition per Kafka partition: more write tasks (and files) than cores, each
     # paying its fixed part, for a ``small`` micro-batch. Coalesced to the cores (no shuffle),
     # it writes fewer files sooner (a big one keeps a task per Kafka partition: there the
     # tasks' fetches overlap the others' work).
     if small:
         batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
-    validated = parse.validate(batch, ds)
+    validated = validation.validate(batch, ds)
     meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
         validated = validated.persist()
@@ -66,40 +65,40 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     checked = replay_possible
     wrote = None
     try:
-        landed = delta_io.committed_version(speed_path, app_id) if replay_possible else None
+        landed = delta_io.committed_version(speed_path, app_id, store) if replay_possible else None
         if landed is not None and landed >= batch_id:
-            in_quarantine = delta_io.committed_version(quarantine_path, app_id)
+            in_quarantine = delta_io.committed_version(quarantine_path, app_id, store)
             if in_quarantine is None or in_quarantine < batch_id:
-                delta_io.append_idempotent(parse.quarantine_rows(validated, "speed"), quarantine_path, app_id,
+                delta_io.append_idempotent(validation.quarantine_rows(validated, "speed"), quarantine_path, app_id,
                                            batch_id, meta, ds.stats_columns)
         else:
             # A micro-batch holds at most ``max_offsets`` offsets (the stream's cap, sized at its
             # start; else speed.max_offsets_per_trigger): note bad ones one by one below the
             # limit, else a window per partition (bounded either way).
             cap = max_offsets if max_offsets is not None else config.profile.speed.max_offsets_per_trigger
-            exact = cap <= parse.EXACT_BAD_LIMIT
-            observed, observation = parse.counted(validated, partitions=range(ds.partitions), exact=exact)
-            delta_io.append_idempotent(parse.apply_transform(parse.valid_rows(observed, ds), ds), speed_path,
+            exact = cap <= counting.EXACT_BAD_LIMIT
+            observed, observation = counting.counted(validated, partitions=range(ds.partitions), exact=exact)
+            delta_io.append_idempotent(validation.apply_transform(validation.valid_rows(observed, ds), ds), speed_path,
                                        app_id, batch_id, meta, ds.stats_columns, checked=checked)
             counts = observation.get
             wrote = {"records": counts["records"], "quarantined": {}}
             if counts["quarantined"]:
                 # The few carried rows go in by delta-rs (no Spark job: this commit is a micro-batch's
                 # second); more, or no table yet, by Spark.
-                carried = parse.carried_arrow(counts, "speed")
-                wrote["quarantined"] = parse.reason_counts(counts)
+                carried = counting.carried_arrow(counts, "speed")
+                wrote["quarantined"] = counting.reason_counts(counts)
                 if carried is None or not delta_io.append_arrow(carried, quarantine_path, app_id, batch_id, meta,
-                                                                checked=checked):
-                    bad = parse.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
-                    bad, reasons = parse.observe_reasons(bad, counts["codes"])
+                                                                checked=checked, store=store):
+                    bad = counting.quarantined(batch, counts, ds, "speed", config, topic or ds.topic)
+                    bad, reasons = counting.observe_reasons(bad, counts["codes"])
                     delta_io.append_idempotent(bad, quarantine_path, app_id, batch_id, meta, ds.stats_columns,
                                                checked=checked)
                     if wrote["quarantined"] is None:
                         wrote["quarantined"] = reasons()
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
-            changes = parse.apply_transform(parse.valid_rows(validated, ds), ds)
+            changes = validation.apply_transform(validation.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
-                                  ds.stats_columns, checked=checked)
+                                  ds.stats_columns, checked=checked, store=store)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()

@@ -12,7 +12,7 @@ import psutil
 from loglake.core.config import Config, Dataset
 from loglake.core.processes import descendants
 from loglake.kafka.admin import group_offsets
-from loglake.ledger.tables import open_table, query
+from loglake.tables import layer_table, query
 from loglake.ops.coverage import check_exactly_once
 
 
@@ -27,7 +27,7 @@ def landed(config: Config, ds: Dataset, layer: str = "speed") -> np.ndarray:
     its part of quarantine, with repeats: an (n, 2) array."""
     out = []
     for table_layer, where in ((layer, ""), ("quarantine", f" WHERE \"_layer\" = '{layer}'")):
-        table = open_table(config.table_path(ds, table_layer))
+        table = layer_table(config, ds, table_layer)
         if table is not None:
             out += [(r["_partition"], r["_offset"])
                     for r in query(table, f"SELECT \"_partition\", \"_offset\" FROM t{where}")]

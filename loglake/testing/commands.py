@@ -35,7 +35,7 @@ def run_loglake(config: Config, *args: str, timeout: float = 600,
 _HOLD_LEASE = textwrap.dedent('''
     import sys, time
     from loglake.core.config import load_config
-    from loglake.ledger.leases import writer
+    from loglake.leases import writer
     config = load_config(sys.argv[1], home=sys.argv[2])
     with writer(config, sys.argv[3], "maintenance", "run-7") as token:
         print(token, flush=True)
@@ -56,7 +56,7 @@ _TAKE_LEASE = textwrap.dedent('''
     import sys, time
     from loglake.core.config import load_config
     from loglake.core.errors import WriterBusyError
-    from loglake.ledger.leases import writer
+    from loglake.leases import writer
     config = load_config(sys.argv[1], home=sys.argv[2])
     try:
         with writer(config, sys.argv[3], "maintenance", "run-7", wait_seconds=float(sys.argv[4]),

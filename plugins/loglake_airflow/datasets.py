@@ -2,7 +2,7 @@
 
 DAG files may not read ``conf/`` when they are parsed, so the dataset names the backfill
 form offers come from the environment: ``LOGLAKE_DATASETS`` (comma-separated), which
-``loglake.local.airflow_standalone.airflow_env`` sets from ``conf/datasets`` for every Airflow
+``loglake.local.airflow_env.airflow_env`` sets from ``conf/datasets`` for every Airflow
 process it starts (``loglake up`` restarts Airflow when that list changes). Tasks use the
 configuration itself at run time, and reject a name it does not know.
 """

@@ -23,7 +23,7 @@ from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
     from loglake.core.config import Config, Dataset
-    from loglake.ledger.planning import Plan
+    from loglake.core.plans import Plan
 
 
 class LoglakeHook(BaseHook):
@@ -53,7 +53,7 @@ class LoglakeHook(BaseHook):
     def checked_dataset(self, name: str) -> Dataset:
         """The dataset ``name``, its conf checked against what its tables hold: a breaking
         schema change is a ``SchemaChangeError`` before anything runs."""
-        from loglake.ledger.schemas import check
+        from loglake.schema_versions import check
 
         ds = self.dataset(name)
         check(self.config, ds)
@@ -90,15 +90,15 @@ class LoglakeHook(BaseHook):
                 for s in dataset_state(self.config, ds)}
 
     def plan_batch(self, ds: Dataset) -> Plan:
-        """Each partition's ``[W_p, log end)`` (``loglake.ledger.planning.plan_batch``)."""
-        from loglake.ledger.planning import plan_batch
+        """Each partition's ``[W_p, log end)`` (``loglake.batch.planning.plan_batch``)."""
+        from loglake.batch.planning import plan_batch
 
         return plan_batch(self.config, ds)
 
     def plan_backfill(self, ds: Dataset, ranges: Sequence[str] | None = None, from_ts: str | None = None,
                       to_ts: str | None = None) -> Plan:
-        """A backfill request checked against the log (``loglake.ledger.planning.plan_backfill``)."""
-        from loglake.ledger.planning import plan_backfill
+        """A backfill request checked against the log (``loglake.batch.planning.plan_backfill``)."""
+        from loglake.batch.planning import plan_backfill
 
         return plan_backfill(self.config, ds, ranges=ranges, from_ts=from_ts, to_ts=to_ts)
 

@@ -1,8 +1,8 @@
 """The maintenance DAG's listing task: which datasets have tables to maintain.
 
-Returns the spark-submit arguments of ``spark_jobs/maintenance.py`` per dataset
-(``--dataset NAME --run-id RUN_ID``); the Spark task is mapped over that list, so a
-dataset with no table yet gets no Spark job.
+Returns the maintenance job's request (``loglake.jobs.requests.MaintenanceRequest``, as
+JSON) per dataset; the Spark task is mapped over that list, so a dataset with no table yet
+gets no Spark job.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ log = logging.getLogger(__name__)
 
 
 @loglake_errors
-def maintenance_args(run_id: str) -> list[list[str]]:
-    """``spark_jobs/maintenance.py`` arguments for every dataset that has a table."""
-    from loglake.ledger.tables import existing_tables
+def maintenance_requests(run_id: str) -> list[dict]:
+    """The maintenance job's request for every dataset that has a table."""
+    from loglake.jobs.requests import MaintenanceRequest
+    from loglake.tables import existing_tables
     from loglake.maintenance.runs import datasets_with_tables
 
     config = LoglakeHook().config
@@ -28,4 +29,4 @@ def maintenance_args(run_id: str) -> list[list[str]]:
             log.info("%s: %s", ds.name, ", ".join(t.name for t in existing_tables(config, ds)))
         else:
             log.info("%s: no table yet; nothing to maintain", ds.name)
-    return [["--dataset", ds.name, "--run-id", run_id] for ds in chosen]
+    return [MaintenanceRequest(ds.name, run_id=run_id).to_dict() for ds in chosen]

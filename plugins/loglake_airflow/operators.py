@@ -38,11 +38,13 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
 
     They are resolved when the task runs, not when the DAG file is parsed (the jar list
     is read from the jar cache and the settings from ``conf/``). Settings given to the
-    operator win over the spec; ``application_args`` are the job's own arguments
-    (``loglake.jobs.protocol.JobRequest.argv``).
+    operator win over the spec. ``job_request`` is what the job is asked (a request of
+    ``loglake.jobs.requests`` as JSON, as a planning task's XCom holds it): ``job`` runs
+    on its options (the quality job on the batch job's request: the same plan and run); it
+    reaches spark-submit as ``--request JSON``.
 
     The job's summary (``loglake.jobs.protocol``: the shared application's answer, or written to a
-    ``--summary-file`` this operator adds) is the task's return value (XCom), with
+    summary file this operator names in the request) is the task's return value (XCom), with
     ``submit_seconds``, the wall time of the submission (the job's own ``seconds``, its
     session's ``start_seconds`` and whether it ran in the ``shared_application`` are in
     the summary). For each ``AssetAlias`` outlet, an event is emitted for the batch and
@@ -52,19 +54,26 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
     outlasted the job's own retries, the job died) gets the retries the DAG declares.
 
     :param job: the job under ``spark_jobs/`` (``batch``)
+    :param job_request: its request's options, a JSON object (templated)
     """
 
-    def __init__(self, *, job: str, conn_id: str = "loglake_spark", **kwargs: Any) -> None:
+    template_fields = (*SparkSubmitOperator.template_fields, "job_request")
+
+    def __init__(self, *, job: str, job_request: Any = None, conn_id: str = "loglake_spark", **kwargs: Any) -> None:
         kwargs.setdefault("name", f"loglake-{job}")
         super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
+        self.job_request = job_request
 
     @loglake_errors
     def execute(self, context) -> dict:
-        from loglake.jobs.protocol import JobRequest
+        from loglake.jobs.requests import JobRequest
 
         config = LoglakeHook().config
-        request = with_lineage_parent(config, JobRequest.parse(self.job, self.application_args or []), context)
+        asked = self.job_request
+        if isinstance(asked, dict):
+            asked = {**asked, "job": self.job}  # the quality job runs on the batch job's request
+        request = with_lineage_parent(config, JobRequest.from_dict(asked, self.job), context)
         started = time.monotonic()
         shared = self._in_shared_application(config, request)
         if shared is not None:

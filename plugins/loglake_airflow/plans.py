@@ -1,8 +1,8 @@
 """The planning tasks' bodies: what each DAG run will recompute, decided before any Spark job.
 
-Each returns the spark-submit arguments of ``spark_jobs/batch.py`` for every plan that
-has work (``--dataset NAME --plan PLAN_JSON --run-id RUN_ID``); the Spark task is mapped
-over that list, so an empty list means no Spark job at all. Invalid input fails the task
+Each returns the batch job's request (``loglake.jobs.requests.BatchRequest``, as JSON) for
+every plan that has work; the Spark tasks are mapped over that list, so an empty list means
+no Spark job at all. Invalid input fails the task
 at once (``AirflowFailException``: no retry) with the message naming the field.
 """
 
@@ -20,18 +20,18 @@ from loglake_airflow.hooks import LoglakeHook
 log = logging.getLogger(__name__)
 
 
-def job_args(plan, run_id: str) -> list[str]:
-    """``spark_jobs/batch.py`` arguments for ``plan``; ``run_id`` is recorded in the ledger."""
-    from loglake.jobs.protocol import JobRequest
+def batch_request(plan, run_id: str) -> dict:
+    """The batch job's request for ``plan``, as XCom holds it; ``run_id`` is recorded in the ledger."""
+    from loglake.jobs.requests import BatchRequest
 
-    return JobRequest("batch", plan.dataset, plan, run_id).argv()
+    return BatchRequest(plan.dataset, plan, run_id=run_id).to_dict()
 
 
 @loglake_errors
-def batch_args(run_id: str) -> dict[str, list]:
+def batch_requests(run_id: str) -> dict[str, list]:
     """Plan every dataset from its batch watermark to the log end (``plan_batch``).
 
-    ``{"args": [...], "stopped": [...]}``: the batch job's arguments per non-empty plan, and
+    ``{"requests": [...], "stopped": [...]}``: the batch job's request per non-empty plan, and
     the datasets that cannot continue until an operator acts, each ``{"dataset", "kind",
     "message"}`` (``kind``: ``data_loss``, offsets Kafka deleted before they were read, or
     ``schema_change``, a conf its tables cannot take) — those stop alone; the other datasets
@@ -57,12 +57,12 @@ def batch_args(run_id: str) -> dict[str, list]:
         if plan.empty:
             log.info("%s: nothing to recompute (the batch layer is at the log end)", ds.name)
             continue
-        out.append(job_args(plan, run_id))
-    return {"args": out, "stopped": stopped}
+        out.append(batch_request(plan, run_id))
+    return {"requests": out, "stopped": stopped}
 
 
 def stopped_dataset(dataset: str, error: Exception) -> dict:
-    """``batch_args``' entry for a dataset that ``error`` (a ``DataLossError`` or a
+    """``batch_requests``' entry for a dataset that ``error`` (a ``DataLossError`` or a
     ``SchemaChangeError``) stops: JSON's own types, as XCom holds them."""
     from loglake.core.errors import DataLossError
 
@@ -75,7 +75,7 @@ STOPPED_BECAUSE = {"data_loss": "lost offsets; `loglake accept-loss` once they a
 
 
 def fail_on_stopped(stopped: list[dict]) -> None:
-    """Fail (no retry) naming each dataset that stopped (``batch_args``' ``stopped``) and why,
+    """Fail (no retry) naming each dataset that stopped (``batch_requests``' ``stopped``) and why,
     after the others ran."""
     if stopped:
         raise AirflowFailException("datasets that cannot continue until an operator acts (the other datasets ran):\n"
@@ -137,7 +137,7 @@ def replay_task(params: Mapping[str, Any], run_id: str) -> list[str]:
 
 
 @loglake_errors
-def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
+def backfill_requests(params: Mapping[str, Any], run_id: str) -> list[dict]:
     """Validate a backfill request (``plan_backfill``); a dry run only logs the plan."""
     hook = LoglakeHook()
     ds = hook.checked_dataset(params["dataset"])
@@ -153,4 +153,4 @@ def backfill_args(params: Mapping[str, Any], run_id: str) -> list[list[str]]:
     if plan.empty:
         log.info("%s: the plan is empty; nothing to recompute", ds.name)
         return []
-    return [job_args(plan, run_id)]
+    return [batch_request(plan, run_id)]

@@ -48,7 +48,7 @@ def _templates():
     from markupsafe import Markup
 
     from loglake.ledger.results import AuditRecord, QualityRecord
-    from loglake.ledger.schemas import format_text, schema_text
+    from loglake.schema_versions import format_text, schema_text
     from loglake.ops.status import audit_text, format_duration, lost_text, quality_text, retention_text, writer_text
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),

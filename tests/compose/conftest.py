@@ -162,13 +162,13 @@ def log_records(config, topic: str) -> dict[tuple[int, int], tuple[bytes | None,
         consumer.close()
 
 
-def table_offsets(path: str, layer: str | None = None) -> list[tuple[int, int]]:
+def table_offsets(config, path: str, layer: str | None = None) -> list[tuple[int, int]]:
     """(partition, offset) of every row of the Delta table at ``path`` (a quarantine's of ``layer``)."""
     from deltalake import DeltaTable
 
     from loglake.core.objectstore import delta_location
 
-    uri, options = delta_location(path)
+    uri, options = delta_location(path, config.object_store)
     if not DeltaTable.is_deltatable(uri, storage_options=options):
         return []
     cols = ["_partition", "_offset"] + (["_layer"] if layer else [])
@@ -207,8 +207,8 @@ def count_against_log(config, ds, layer: str = "speed", below: dict[int, int] | 
     if below is not None:
         records = {(p, o): r for (p, o), r in records.items() if o < below.get(p, 0)}
     log = set(records)
-    table = Counter(table_offsets(config.table_path(ds, layer)))
-    quarantined = Counter(table_offsets(config.table_path(ds, "quarantine"), layer))
+    table = Counter(table_offsets(config, config.table_path(ds, layer)))
+    quarantined = Counter(table_offsets(config, config.table_path(ds, "quarantine"), layer))
     if below is not None:
         table, quarantined = (Counter({k: v for k, v in c.items() if k[1] < below.get(k[0], 0)})
                               for c in (table, quarantined))

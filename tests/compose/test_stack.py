@@ -264,7 +264,7 @@ def test_produce_speed_across_containers_and_a_scheduled_batch_run_on_celery(sta
     assert "JVM of pid" not in (log.read_text() if log.exists() else ""), log.read_text()
     config = stack.config()
     from tests.compose.conftest import table_offsets
-    valid = len(table_offsets(config.table_path(config.dataset("job_views"), "speed")))
+    valid = len(table_offsets(config, config.table_path(config.dataset("job_views"), "speed")))
     assert served.stdout == f"n\n{valid}\n"
 
 
@@ -569,7 +569,7 @@ DELTA_RS_WRITER = textwrap.dedent('''
     from loglake.core.config import load_config
     from loglake.core.objectstore import delta_location
     config = load_config("/opt/loglake/conf", profile="cluster")
-    uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"))
+    uri, options = delta_location(config.lake_root.replace("/lake", "/race/t"), config.object_store)
     time.sleep(max(0.0, {start} - time.time()))
     i, deadline = 0, time.time() + 600
     while time.time() < deadline:
@@ -595,7 +595,7 @@ def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
 
     from loglake.core.objectstore import delta_location
     table_path = config.lake_root.replace("/lake", "/race/t")
-    uri, options = delta_location(table_path)
+    uri, options = delta_location(table_path, config.object_store)
     write_deltalake(uri, pa.table({"who": ["init"], "i": pa.array([0], pa.int32())}), storage_options=options)
     results: dict = {}
     start = time.time() + 150  # both containers started and Spark's session up by then
@@ -621,7 +621,7 @@ def test_concurrent_commits_from_a_spark_and_a_delta_rs_container(stack):
     history = sorted(h["version"] for h in table.history())
     assert history == list(range(n + k + 1)), history  # every commit present, versions contiguous
     # A race indeed: Spark's commits found their versions taken by delta-rs and were made again.
-    retried = spark_retried(table_path)
+    retried = spark_retried(table_path, config.object_store)
     assert retried, "no Spark commit was refused and retried: the writers did not overlap"
     stack.record("concurrent_commits", {"spark_appends": n, "delta_rs_appends": k, "versions": len(history),
                                         "spark_retried": len(retried), "spark_said": spark_said})
@@ -644,7 +644,7 @@ def test_two_replicas_of_one_speed_service_land_every_offset_once(stack):
     (the service's ``hostname``), a pid namespace each, one lease on the object store. One streams,
     the other is refused while the first renews (its supervisor tries again); the holder killed,
     the other takes over once it has seen the lease unchanged for its life. Each offset lands once."""
-    from loglake.ledger.leases import DatasetLock
+    from loglake.leases import DatasetLock
 
     service = "speed-job-views"
     config = stack.config()

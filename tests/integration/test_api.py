@@ -6,7 +6,7 @@ import pytest
 
 import loglake
 from loglake.core.errors import ParamError
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.maintenance.job import run_maintenance
 from loglake.quality.pipeline import recompute_and_publish

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.audit import audit_dataset
+from loglake.ops.audit_report import format_audit
 from loglake.kafka.admin import ensure_topic, log_bounds
 from loglake.core.offsets import OffsetRange
-from loglake.ledger.planning import Plan, plan_batch
+from loglake.core.plans import Plan
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import generate, produce
 from loglake.core.contracts import AUDIT_RESULTS
 from loglake.ledger.results import last_audit
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.speed.stream import run_speed
 from loglake.testing import run_loglake

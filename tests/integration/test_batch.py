@@ -16,7 +16,8 @@ from loglake.ledger.ranges import ledger_rows
 from loglake.ledger.ranges import batch_watermarks
 from loglake.core.offsets import OffsetRange
 from loglake.core.errors import ParamError
-from loglake.ledger.planning import Plan, plan_backfill, plan_batch
+from loglake.core.plans import Plan
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.core.processes import Managed, wait_for
 from loglake.local.demo import DEMO_SQL
 from loglake.local.produce import produce
@@ -90,28 +91,27 @@ def test_recompute_twice_is_identical_and_advances_the_watermark(spark, make_con
 def test_quarantined_records_carried_read_by_the_driver_and_by_a_second_pass_are_the_same(spark, make_config,
                                                                                          monkeypatch):
     """A run's few quarantined records ride to the driver in its first pass's observation
-    (``parse.CARRY_ROWS``); more are read again by a Kafka client in the driver (up to
+    (``counting.CARRY_ROWS``); more are read again by a Kafka client in the driver (up to
     ``DRIVER_READ_LIMIT``), more still by a second Spark pass over the range. The quarantine
     rows are the same, byte for byte, whichever way they came."""
-    from loglake.records import parse
-
+    from loglake.records import counting
     config = make_config()
     ds = config.dataset("job_views")
     res = produce(config, ds, 1500, bad_fraction=0.04, seed=57)
     plan = plan_batch(config, ds)
     q_path = config.table_path(ds, "quarantine")
     read, passes = [], []
-    real_read, real_pass = parse._read_in_driver, parse.only_offsets
-    monkeypatch.setattr(parse, "_read_in_driver", lambda *a: read.append(1) or real_read(*a))
-    monkeypatch.setattr(parse, "only_offsets", lambda *a: passes.append(1) or real_pass(*a))
+    real_read, real_pass = counting._read_in_driver, counting.only_offsets
+    monkeypatch.setattr(counting, "_read_in_driver", lambda *a: read.append(1) or real_read(*a))
+    monkeypatch.setattr(counting, "only_offsets", lambda *a: passes.append(1) or real_pass(*a))
     assert run_batch(spark, config, ds, plan, "carried").quarantined == res.bad > 0
     assert (read, passes) == ([], [])  # neither: the first pass carried them
     carried = row_hashes(spark, q_path)
-    monkeypatch.setattr(parse, "CARRY_ROWS", res.bad - 1)  # one too many to carry
+    monkeypatch.setattr(counting, "CARRY_ROWS", res.bad - 1)  # one too many to carry
     assert run_batch(spark, config, ds, plan, "driver").quarantined == res.bad
     assert (read, passes) == ([1], [])
     assert row_hashes(spark, q_path) == carried
-    monkeypatch.setattr(parse, "DRIVER_READ_LIMIT", 0)
+    monkeypatch.setattr(counting, "DRIVER_READ_LIMIT", 0)
     assert run_batch(spark, config, ds, plan, "spark-pass").quarantined == res.bad
     assert (read, passes) == ([1], [1])
     assert row_hashes(spark, q_path) == carried and len(carried) == res.bad

@@ -10,7 +10,7 @@ from confluent_kafka.admin import NewTopic
 
 from loglake.core.errors import ConfigError
 from loglake.kafka.admin import TIMEOUT, admin, list_topics
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.core.processes import wait_for
 from loglake.lake.delta_io import latest_per_key
 from loglake.speed.stream import start_stream

@@ -74,7 +74,7 @@ def test_produce_then_supervised_stream_start_status_stop(make_config):
     from loglake.core.processes import group_alive
     assert pid is not None and not group_alive(pid)
 
-    from loglake.ledger.tables import open_table, query
+    from loglake.tables import open_table, query
     speed = query(open_table(config.table_path(ds, "speed")), "SELECT _partition, _offset FROM t")
     quarantine = query(open_table(config.table_path(ds, "quarantine")), "SELECT _partition, _offset FROM t")
     assert len(speed) == 640 and len(quarantine) == 60
@@ -139,7 +139,7 @@ def test_batch_writes_validates_and_publishes_then_has_nothing_to_do(make_config
     rebuilt = run_loglake(config, "rebuild", "job_views", "--layer", "batch", timeout=600)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert "rebuild job_views batch: 270 rows from 300 offset(s) of the log" in rebuilt.stdout
-    from loglake.ledger.tables import open_table, query as delta_query
+    from loglake.tables import open_table, query as delta_query
     assert delta_query(open_table(config.table_path(ds, "batch")), "SELECT count(*) AS n FROM t")[0]["n"] == 270
 
     # The console held loglake's words only; the logs keep the rest.
@@ -160,7 +160,7 @@ def test_backfill_of_ranges_writes_and_publishes_exactly_them(make_config):
 
     from loglake.ledger.ranges import batch_watermarks, ledger_rows
     from loglake.local.produce import produce
-    from loglake.ledger.tables import open_table, query
+    from loglake.tables import open_table, query
 
     config = make_config()
     ds = config.dataset("job_views")

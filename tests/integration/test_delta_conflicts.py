@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from loglake.core.errors import is_transient
-from loglake.ledger.leases import appends_pause, appends_paused, wait_while_paused
+from loglake.leases import appends_pause, appends_paused, wait_while_paused
 from loglake.lake import delta_io
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ from delta.tables import DeltaTable
 
 from loglake.ops.diff import ChangedValue, diff_plan, diff_range, format_diff
 from loglake.core.errors import ParamError
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.speed.stream import run_speed
 

@@ -12,12 +12,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.audit import audit_dataset
+from loglake.ops.audit_report import format_audit
 from loglake.core.contracts import AUDIT_RESULTS
 from loglake.core.errors import ForeignCommitError
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.lifecycle.rebuild_job import rebuild
 from loglake.serving.spark import query as serving_query

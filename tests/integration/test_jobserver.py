@@ -20,12 +20,12 @@ from loglake.core.config import load_config
 from loglake.core.processes import descendants, wait_for
 from loglake.jobs import shared_app
 from loglake.jobs.launch import start_shared_application
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import BatchRequest, MaintenanceRequest
 from loglake.kafka.admin import log_bounds
-from loglake.ledger.leases import DatasetLock, writer
-from loglake.ledger.planning import plan_batch
+from loglake.leases import DatasetLock, writer
+from loglake.batch.planning import plan_batch
 from loglake.ledger.ranges import batch_watermarks, ledger_rows
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.local.produce import produce
 from loglake.testing import command_env, config_environment, loglake_command, run_loglake, write_conf
 from loglake.testing.commands import environment
@@ -87,7 +87,7 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
 
     # The same range again by the job's own code in this process's Spark session (what a
     # spark-submitted job runs): the same rows.
-    from loglake.ledger.planning import plan_backfill
+    from loglake.batch.planning import plan_backfill
     from loglake.batch.recompute import run_batch
 
     plan = plan_backfill(config, ds, ranges=[f"{p}:0-{e}" for p, e in sorted(ends.items())])
@@ -105,10 +105,11 @@ def _raw_request(config, body: dict) -> socket.socket:
 def test_requests_of_another_state_or_code_or_without_the_token_are_refused(served, tmp_path):
     config = served
     assert (shared_app.address_file(config).stat().st_mode & 0o777) == 0o600
-    base = {"job": "batch", "argv": ["--dataset", "job_views"], **shared_app.identity(config)}
+    base = {"request": {"job": "batch", "dataset": "job_views"}, **shared_app.identity(config)}
     for change, expected in ((dict(home=str(tmp_path)), "another state directory"),
                              (dict(code="0" * 16), "another code"),
-                             (dict(job="speed"), "not run by the shared application"),
+                             (dict(request={"job": "speed", "dataset": "job_views"}),
+                              "not run by the shared application"),
                              (dict(token="wrong"), "wrong or missing token")):
         with _raw_request(config, {**base, **change}) as conn:
             answer = json.loads(conn.makefile().readline())
@@ -116,7 +117,7 @@ def test_requests_of_another_state_or_code_or_without_the_token_are_refused(serv
 
     # The CLI's job for another state directory runs under spark-submit instead (submit says None).
     other = load_config(write_conf(tmp_path, config.kafka.bootstrap_servers), home=config.home)
-    other_conf = JobRequest("maintenance", "job_views", run_id="x")
+    other_conf = MaintenanceRequest("job_views", run_id="x")
     assert shared_app.submit(other, other_conf, output=lambda _t: None) is None
 
 
@@ -127,9 +128,9 @@ def test_a_job_whose_caller_went_away_is_cancelled_and_writes_nothing(served):
     ds = config.dataset("company_ceos")
     produce(config, ds, 50, seed=22, progress=False)
     plan = plan_batch(config, ds)
-    request = JobRequest("batch", ds.name, plan, "cancelled-run")
+    request = BatchRequest(ds.name, plan, run_id="cancelled-run")
     with writer(config, ds.name, "test holds the lease", export=False):
-        conn = _raw_request(config, {"job": "batch", "argv": request.argv(), **shared_app.identity(config)})
+        conn = _raw_request(config, {"request": request.to_dict(), **shared_app.identity(config)})
         wait_for(lambda: (shared_app.ping(config) or {}).get("running"), 30, "the job to be accepted")
         time.sleep(1)  # it waits for the lease we hold
         conn.close()
@@ -165,7 +166,7 @@ def test_a_cli_batch_and_a_scheduled_run_of_one_dataset_at_once_both_finish(airf
     scheduler, which does not let a test choose when a task starts against a typed command."""
     import structlog.testing  # Airflow's task loggers are structlog's
     from loglake_airflow.operators import LoglakeSparkSubmitOperator
-    from loglake_airflow.plans import batch_args
+    from loglake_airflow.plans import batch_requests
 
     config = airflow_worker
     ds = config.dataset("job_views")
@@ -173,8 +174,8 @@ def test_a_cli_batch_and_a_scheduled_run_of_one_dataset_at_once_both_finish(airf
     shared_app.wait_idle(config, timeout=60)
     # The scheduled run: its planning task, then its recompute task (the lease taken and let go
     # by the job in the application).
-    [args] = [a for a in batch_args("loglake_batch/scheduled__lock-order")["args"] if a[1] == ds.name]
-    LoglakeSparkSubmitOperator(task_id="recompute", job="batch", application_args=args).execute({})
+    [asked] = [r for r in batch_requests("loglake_batch/scheduled__lock-order")["requests"] if r["dataset"] == ds.name]
+    LoglakeSparkSubmitOperator(task_id="recompute", job="batch", job_request=asked).execute({})
 
     # `loglake batch job_views` typed now; the run's quality task comes once the command holds the lease.
     t0 = time.monotonic()
@@ -183,7 +184,7 @@ def test_a_cli_batch_and_a_scheduled_run_of_one_dataset_at_once_both_finish(airf
     try:
         wait_for(lambda: str((DatasetLock(config, ds.name).holder() or {}).get("run_id")).startswith("cli-"), 60,
                  "loglake batch to take the dataset's lease")
-        quality = LoglakeSparkSubmitOperator(task_id="quality", job="quality", application_args=args)
+        quality = LoglakeSparkSubmitOperator(task_id="quality", job="quality", job_request=asked)
         said: dict = {}
 
         def scheduled_quality():
@@ -228,13 +229,13 @@ def test_a_lease_holders_job_runs_while_jobs_of_its_dataset_wait_for_the_lease(s
     answer: dict = {}
     with writer(config, ds.name, "batch", "cli-holds", export=False) as token:
         # Two jobs of the dataset without its lease (a scheduled run's task, the maintenance DAG's).
-        waiting = [_raw_request(config, {"job": "batch", "argv": JobRequest("batch", ds.name, plan, f"waits-{i}").argv(),
+        waiting = [_raw_request(config, {"request": BatchRequest(ds.name, plan, run_id=f"waits-{i}").to_dict(),
                                          **shared_app.identity(config)}) for i in range(2)]
         wait_for(lambda: len((shared_app.ping(config) or {}).get("running") or {}) == 2, 30,
                  "the two jobs to be accepted")
         time.sleep(1)  # they wait for the lease we hold
         holder = threading.Thread(target=lambda: answer.update(sent=shared_app.submit(
-            config, JobRequest("batch", ds.name, plan, "cli-holds"), output=lambda _t: None, lease=token)))
+            config, BatchRequest(ds.name, plan, run_id="cli-holds"), output=lambda _t: None, lease=token)))
         holder.start()
         holder.join(WRITER_WAIT_SECONDS / 2)
         ran = not holder.is_alive()
@@ -267,7 +268,7 @@ def test_the_application_killed_mid_job_is_a_transient_failure_and_comes_back(se
     answers = []
     with writer(config, ds.name, "test holds the lease", export=False):
         t = threading.Thread(target=lambda: answers.append(
-            shared_app.submit(config, JobRequest("batch", ds.name, plan, "killed-run"), output=lambda _t: None)))
+            shared_app.submit(config, BatchRequest(ds.name, plan, run_id="killed-run"), output=lambda _t: None)))
         t.start()
         time.sleep(2)
         supervisor = shared_app.process(config).pid()
@@ -296,7 +297,7 @@ def test_jobs_sent_while_the_application_starts_wait_for_it_and_run_in_it(served
     names = ("company_ceos", "job_views")
     for name in names:
         produce(config, config.dataset(name), 30, seed=23, progress=False)
-    requests = [JobRequest("batch", name, plan_batch(config, config.dataset(name)), f"starting-{name}")
+    requests = [BatchRequest(name, plan_batch(config, config.dataset(name)), run_id=f"starting-{name}")
                 for name in names]
     shared_app.stop(config)
     start_shared_application(config)  # as `loglake up` does: not waiting for it to answer

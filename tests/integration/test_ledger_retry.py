@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from loglake.ledger.ranges import batch_watermarks, ledger_rows
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.batch.recompute import run_batch
 from loglake.quality.gate import run_quality
 

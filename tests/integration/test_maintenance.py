@@ -18,10 +18,10 @@ from loglake.core.errors import ParamError
 from loglake.ledger.history import table_history
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.results import last_maintenance
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 from loglake.lake import delta_io
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.maintenance.job import run_maintenance

@@ -1,9 +1,9 @@
 """A flood of malformed records keeps the driver's memory bounded (issue 11, item 7).
 
 Both layers carry the few quarantined records of a pass to the driver in its observation
-(up to ``parse.CARRY_ROWS``), and beyond note where they are so that a second pass parses
+(up to ``counting.CARRY_ROWS``), and beyond note where they are so that a second pass parses
 only those. Noting every bad offset on the driver grows with the flood; above
-``parse.EXACT_BAD_LIMIT`` offsets a pass notes one window per partition instead. Both limits
+``counting.EXACT_BAD_LIMIT`` offsets a pass notes one window per partition instead. Both limits
 are lowered here so a small flood takes the bounded path; the tables must come out exact.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from loglake.ledger.planning import plan_batch
-from loglake.ledger.tables import open_table, query
+from loglake.batch.planning import plan_batch
+from loglake.tables import open_table, query
 from loglake.local.produce import produce
-from loglake.records import parse
+from loglake.records import counting
 from loglake.batch.recompute import run_batch
 from loglake.speed.stream import run_speed
 
@@ -28,16 +28,16 @@ FLOOD = 1500
 def observed(monkeypatch):
     """The observations the passes made (the real ``counted``; its values kept once read)."""
     seen: list = []
-    real = parse.counted
+    real = counting.counted
 
     def spy(*args, **kwargs):
         frame, obs = real(*args, **kwargs)
         seen.append(obs)
         return frame, obs
 
-    monkeypatch.setattr(parse, "counted", spy)
-    monkeypatch.setattr(parse, "EXACT_BAD_LIMIT", 100, raising=False)
-    monkeypatch.setattr(parse, "CARRY_ROWS", 100)
+    monkeypatch.setattr(counting, "counted", spy)
+    monkeypatch.setattr(counting, "EXACT_BAD_LIMIT", 100, raising=False)
+    monkeypatch.setattr(counting, "CARRY_ROWS", 100)
     return seen
 
 
@@ -55,7 +55,7 @@ def assert_bounded(observations):
         rows = values.pop("carried")["rows"]
         assert "bad" not in values  # no per-record list on the driver
         assert len(repr(values)) < 2000, values
-        assert rows is None or len(rows) <= parse.CARRY_ROWS  # carried only below the bound
+        assert rows is None or len(rows) <= counting.CARRY_ROWS  # carried only below the bound
         gave_up += rows is None
     assert gave_up, "the flood passed the carrying bound in some pass"
 
@@ -100,7 +100,7 @@ def test_a_pass_carries_its_bad_rows_up_to_the_bound_in_bytes(spark, monkeypatch
         .alias("_reason"))
 
     def carried():
-        observed, obs = parse.counted(df, exact=False)
+        observed, obs = counting.counted(df, exact=False)
         observed.collect()
         return obs.get["quarantined"], obs.get["carried"]
 
@@ -108,6 +108,6 @@ def test_a_pass_carries_its_bad_rows_up_to_the_bound_in_bytes(spark, monkeypatch
     assert n == c["seen"] == 20 and sorted(r["_offset"] for r in c["rows"]) == list(range(0, 40, 2))
     assert {bytes(r["value"]) for r in c["rows"]} == {b"\xab" * 1000} and {r["reason_code"] for r in c["rows"]} == {
         "bad_json"}
-    monkeypatch.setattr(parse, "CARRY_BYTES", 10_000)  # ten of the twenty
+    monkeypatch.setattr(counting, "CARRY_BYTES", 10_000)  # ten of the twenty
     n, c = carried()
     assert n == c["seen"] == 20 and c["rows"] is None

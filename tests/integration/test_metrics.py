@@ -14,9 +14,9 @@ import pytest
 
 from loglake.core import paths
 from loglake.core.processes import wait_for
-from loglake.jobs.protocol import JobRequest
-from loglake.ledger.planning import plan_batch
-from loglake.ledger.tables import snapshot
+from loglake.jobs.requests import BatchRequest, QualityRequest
+from loglake.batch.planning import plan_batch
+from loglake.tables import snapshot
 from loglake.local.produce import produce
 from loglake.local.stack import exporter_process, start_exporter
 from loglake.testing import config_environment, run_loglake
@@ -54,9 +54,8 @@ def test_a_scrape_says_what_status_json_says_an_alert_fires_when_the_stream_stop
 
     plan = plan_batch(config, ds)
     with config_environment(config):
-        wrote = entry.execute("batch", JobRequest("batch", ds.name, plan, "metrics-1").argv(), batch.run_job, session)
-        gate = entry.execute("quality", JobRequest("quality", ds.name, plan, "metrics-1").argv(), quality.run_job,
-                             session)
+        wrote = entry.execute(BatchRequest(ds.name, plan, run_id="metrics-1"), batch.run_job, session)
+        gate = entry.execute(QualityRequest(ds.name, plan, run_id="metrics-1"), quality.run_job, session)
     assert gate.published and wrote.quarantined == produced.bad
     assert sum(wrote.quarantined_by_reason.values()) == wrote.quarantined
     lineage(config, ds, plan, wrote, events_file)

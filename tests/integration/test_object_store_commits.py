@@ -158,7 +158,7 @@ def race(config: Config, table: str, work: Path, rs_endpoint: str, appends: int 
     appends, started at the same moment; delta-rs appends until Spark is done (one every
     ``rs_interval`` seconds at most, ``rs_max`` at most), reaching the store at ``rs_endpoint``.
     ``log_store`` replaces loglake's Delta log store in the Spark writer."""
-    location, options = objectstore.delta_location(table)
+    location, options = objectstore.delta_location(table, config.object_store)
     options = {**options, "AWS_ENDPOINT_URL": rs_endpoint}
     write_deltalake(location, SCHEMA.empty_table(), storage_options=options)
     signals = work / "signals"
@@ -224,10 +224,10 @@ def _tail(log: Path, lines: int = 40) -> str:
 _COMMIT = re.compile(r"/_delta_log/(\d{20})\.json$")
 
 
-def commits(table: str) -> dict[int, list[dict]]:
+def commits(table: str, store) -> dict[int, list[dict]]:
     """Every commit file of ``table`` on the store: version -> its actions."""
     bucket, prefix = objectstore.split(table.rstrip("/") + "/_delta_log/")
-    s3 = objectstore.client(table)
+    s3 = objectstore.client(store, table)
     found = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
@@ -244,23 +244,23 @@ def _engine(actions: list[dict]) -> str | None:
     return "spark" if engine.startswith("Apache-Spark") else "delta-rs" if engine.startswith("delta-rs") else None
 
 
-def spark_retried(table: str) -> list[int]:
+def spark_retried(table: str, store) -> list[int]:
     """The versions Spark committed past another writer's commits: its transaction read an
     older version than the one before (its first attempt found its version taken, 412)."""
     retried = []
-    for version, actions in commits(table).items():
+    for version, actions in commits(table, store).items():
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if _engine(actions) == "spark" and info.get("readVersion", version - 1) < version - 1:
             retried.append(version)
     return sorted(retried)
 
 
-def audit(table: str, outcome: Race) -> list[str]:
+def audit(table: str, outcome: Race, store) -> list[str]:
     """What is wrong with ``table`` after ``race``: rows not there exactly once, versions not
     0..M, commit files that are not one writer's."""
     problems = []
     expected = [("spark", s) for s in range(outcome.spark_appends)] + [("delta-rs", s) for s in outcome.rs_appended]
-    location, options = objectstore.delta_location(table)
+    location, options = objectstore.delta_location(table, store)
     rows = DeltaTable(location, storage_options=options).to_pyarrow_table().to_pylist()
     counts: dict[tuple, int] = {}
     for r in rows:
@@ -275,7 +275,7 @@ def audit(table: str, outcome: Race) -> list[str]:
     if extra:
         problems.append(f"rows nobody appended: {extra}")
 
-    log = commits(table)
+    log = commits(table, store)
     top = len(expected)  # version 0 creates the table, then one version per append
     if sorted(log) != list(range(top + 1)):
         missing, beyond = sorted(set(range(top + 1)) - set(log)), sorted(set(log) - set(range(top + 1)))
@@ -303,7 +303,7 @@ def test_spark_and_delta_rs_racing_on_the_store_each_commit_every_append_once(s3
         outcome = race(config, table, tmp_path, s3_gateway.endpoint)
         assert outcome.spark_log_store == S3_LOG_STORE
         assert slow.held >= SPARK_APPENDS  # Spark's commits went through the proxy
-        assert audit(table, outcome) == []
+        assert audit(table, outcome, config.object_store) == []
         # A race indeed: delta-rs appended all along, and Spark's commits found their versions taken.
         assert len(outcome.rs_appended) >= SPARK_APPENDS, outcome
-        assert spark_retried(table), outcome
+        assert spark_retried(table, config.object_store), outcome

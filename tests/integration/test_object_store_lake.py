@@ -11,7 +11,7 @@ import pytest
 from loglake.core import objectstore
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.local.produce import produce
 from loglake.testing import run_loglake
 
@@ -21,7 +21,7 @@ NOISE = ["WARN ", "Stage ", "Traceback", "Using incubator modules"]
 
 
 def _commit_versions(config, path: str) -> list[int]:
-    names = [uri.rsplit("/", 1)[1] for uri in objectstore.listing(f"{path}/_delta_log/")]
+    names = [uri.rsplit("/", 1)[1] for uri in objectstore.listing(config.object_store, f"{path}/_delta_log/")]
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
@@ -59,10 +59,10 @@ def test_speed_batch_audit_and_serving_on_an_s3_lake(make_config, s3_lake):
                              ("quarantine", 30, f"SELECT count(*) AS n, {distinct} AS d FROM t WHERE _layer = 'batch'")):
         path = config.table_path(ds, layer)
         assert path.startswith("s3a://")
-        got = query(open_table(path), sql)
+        got = query(open_table(path, store=config.object_store), sql)
         assert got[0]["n"] == got[0]["d"] == rows, (layer, sql, got)
         versions = _commit_versions(config, path)
         assert versions == list(range(len(versions))) and versions, (layer, versions)
     # The leases and the checkpoint live on the store, beside the tables: no shared filesystem.
-    assert objectstore.get_json(f"{config.lock_root}/job_views.json")[1] is not None
-    assert objectstore.read_text(f"{config.checkpoint_path(ds)}/metadata")
+    assert objectstore.get_json(config.object_store, f"{config.lock_root}/job_views.json")[1] is not None
+    assert objectstore.read_text(config.object_store, f"{config.checkpoint_path(ds)}/metadata")

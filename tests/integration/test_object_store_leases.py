@@ -14,7 +14,8 @@ import pytest
 
 from loglake.core import objectstore
 from loglake.core.errors import LoglakeError, StreamRunningError, WriterBusyError
-from loglake.ledger import leases, snapshots
+from loglake import leases
+from loglake.ledger import snapshots
 from loglake.testing import NO_BROKER, hold_writer_lease, make_config, take_writer_lease
 from loglake.testing.proxy import StoreProxy
 from loglake.lake import delta_io
@@ -25,7 +26,7 @@ def test_the_writer_lease_lives_on_the_store_and_a_second_writer_waits_for_it(st
     assert config.lock_root.startswith("s3a://")
     p, token = hold_writer_lease(config, "job_views", 4)
     try:
-        held, _etag = objectstore.get_json(f"{config.lock_root}/job_views.json")
+        held, _etag = objectstore.get_json(config.object_store, f"{config.lock_root}/job_views.json")
         assert held["token"] == token and held["run_id"] == "run-7"
         with pytest.raises(WriterBusyError, match="maintenance run run-7"):
             with leases.writer(config, "job_views", "batch", wait_seconds=0):
@@ -61,8 +62,9 @@ def test_of_writers_racing_for_a_free_lease_exactly_one_takes_it(store_config):
 
 def test_a_lease_of_another_host_holds_for_its_life_then_is_broken(store_config):
     uri = f"{store_config.lock_root}/job_views.json"
-    assert objectstore.put_json(uri, {"operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere",
-                                      "pid": 1, "acquired_at": "then", "ttl": 2, "expires": 0}, None)
+    assert objectstore.put_json(store_config.object_store, uri, {
+        "operation": "batch", "run_id": "far", "token": "t", "host": "elsewhere", "pid": 1, "acquired_at": "then",
+        "ttl": 2, "expires": 0}, None)
     with pytest.raises(WriterBusyError, match="batch run far .pid 1 on elsewhere"):
         with leases.writer(store_config, "job_views", "maintenance", wait_seconds=0):
             pass
@@ -72,7 +74,7 @@ def test_a_lease_of_another_host_holds_for_its_life_then_is_broken(store_config)
 
 
 def test_one_stream_per_dataset_and_a_stream_whose_lease_was_taken_stops(store_config, monkeypatch):
-    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.2)
+    monkeypatch.setattr(leases.records, "RENEW_SECONDS", 0.2)
     with leases.stream_lease(store_config, "job_views") as lease:
         lease.check()
         with pytest.raises(StreamRunningError, match="speed stream"):
@@ -81,8 +83,9 @@ def test_one_stream_per_dataset_and_a_stream_whose_lease_was_taken_stops(store_c
         # Another stream takes the record (as it would once this one's lease expired): the
         # next renewal finds it gone, and the stream stops before its next micro-batch.
         uri = f"{store_config.lock_root}/job_views.stream.json"
-        held, etag = objectstore.get_json(uri)
-        assert objectstore.put_json(uri, {**held, "token": "other", "host": "elsewhere", "where": "elsewhere", "pid": 2}, etag)
+        held, etag = objectstore.get_json(store_config.object_store, uri)
+        assert objectstore.put_json(store_config.object_store, uri, {**held, "token": "other", "host": "elsewhere",
+                                                                 "where": "elsewhere", "pid": 2}, etag)
         deadline = time.monotonic() + 10
         while lease.lost is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -95,12 +98,13 @@ def test_on_the_store_every_micro_batch_is_checked_and_a_taken_lease_is_found_at
     """The lease on the store is no fence (a stream can pause past its life): every micro-batch's
     commits are checked by Delta, and ``check`` (before a micro-batch commits) asks the store
     itself, not what the renewals last found."""
-    monkeypatch.setattr(leases, "RENEW_SECONDS", 60.0)  # no renewal within the test
+    monkeypatch.setattr(leases.records, "RENEW_SECONDS", 60.0)  # no renewal within the test
     with leases.stream_lease(store_config, "job_views") as lease:
         assert lease.checked
         uri = f"{store_config.lock_root}/job_views.stream.json"
-        held, etag = objectstore.get_json(uri)
-        assert objectstore.put_json(uri, {**held, "token": "other", "host": "elsewhere", "where": "elsewhere", "pid": 2}, etag)
+        held, etag = objectstore.get_json(store_config.object_store, uri)
+        assert objectstore.put_json(store_config.object_store, uri, {**held, "token": "other", "host": "elsewhere",
+                                                                 "where": "elsewhere", "pid": 2}, etag)
         with pytest.raises(StreamRunningError, match="elsewhere"):
             lease.check()
 
@@ -115,13 +119,14 @@ def test_a_pause_request_and_the_checkpoint_are_read_from_the_store(store_config
 
     checkpoint = config.checkpoint_path(ds)
     assert checkpoint.startswith("s3a://") and snapshots._stream(config, ds) is None
-    objectstore.write_json(f"{checkpoint}/metadata", {"id": "c0ffee"})
-    objectstore.write_json(f"{checkpoint}/commits/0", {"nextBatchWatermarkMs": 0})
+    objectstore.write_json(config.object_store, f"{checkpoint}/metadata", {"id": "c0ffee"})
+    objectstore.write_json(config.object_store, f"{checkpoint}/commits/0", {"nextBatchWatermarkMs": 0})
     app, where = snapshots._stream(config, ds)
     assert app == snapshots.speed_txn_app(ds, "c0ffee")
-    assert snapshots._finished(where, 0, None) and not snapshots._finished(where, 1, None)
-    assert not snapshots._finished(where, 0, 0)  # not finished as of the epoch
-    assert json.loads(objectstore.read_text(f"{checkpoint}/metadata")) == {"id": "c0ffee"}
+    store = config.object_store
+    assert snapshots._finished(where, 0, None, store) and not snapshots._finished(where, 1, None, store)
+    assert not snapshots._finished(where, 0, 0, store)  # not finished as of the epoch
+    assert json.loads(objectstore.read_text(config.object_store, f"{checkpoint}/metadata")) == {"id": "c0ffee"}
 
 
 def _leases_behind(tmp_path, s3_gateway, endpoint: str, name: str):
@@ -143,12 +148,11 @@ def _taker(config, seconds_to_wait: float, hold: float = 0.0) -> subprocess.Pope
 def two_hosts(tmp_path, s3_gateway, monkeypatch):
     """(this process's config, whose leases it reaches through a proxy it can cut; another host's
     config, reaching the same leases directly; the proxy). Leases live 3 s, renewed every 0.5 s."""
-    monkeypatch.setattr(leases, "TTL_SECONDS", 3.0)
-    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.5)
+    monkeypatch.setattr(leases.records, "TTL_SECONDS", 3.0)
+    monkeypatch.setattr(leases.records, "RENEW_SECONDS", 0.5)
     with StoreProxy(s3_gateway.port) as proxy:
         here = _leases_behind(tmp_path, s3_gateway, proxy.endpoint, "here")
         there = _leases_behind(tmp_path, s3_gateway, s3_gateway.endpoint, "there")
-        objectstore.register(here)  # this process reaches the store through the proxy
         yield here, there, proxy
 
 

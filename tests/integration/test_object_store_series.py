@@ -12,7 +12,7 @@ from loglake.testing.series_writers import micro_batches_from_processes
 
 
 def _objects(config) -> list[str]:
-    return sorted(objectstore.listing(f"{series.store_root(config)}/job_views/"))
+    return sorted(objectstore.listing(config.object_store, f"{series.store_root(config)}/job_views/"))
 
 
 def test_processes_each_write_their_own_objects_and_every_event_is_read(store_config, tmp_path):
@@ -49,7 +49,7 @@ def test_compaction_folds_old_windows_into_the_base_and_counts_each_event_once(s
     cutoff = now - 2.5 * w
     old = [u for u in _objects(config) if "/events/" in u and int(u.rsplit("/", 1)[1][:10]) + w <= cutoff]
     assert len(old) == 2  # the windows wholly before the cutoff (the one at 3w straddles it: kept)
-    texts = {u: objectstore.read_text(u) for u in old}
+    texts = {u: objectstore.read_text(config.object_store, u) for u in old}
     assert series.compact(config, "job_views", keep_seconds=2.5 * w, now=now) == 4  # ages 5w, 4.5w, 4w, 3w
     objects = _objects(config)
     assert f"{series.store_root(config)}/job_views/base.json" in objects
@@ -59,16 +59,17 @@ def test_compaction_folds_old_windows_into_the_base_and_counts_each_event_once(s
     # A compaction that died between writing the base and deleting the windows left them behind:
     # they are not counted again.
     for uri, text in texts.items():
-        objectstore.put_text(uri, text)
+        objectstore.put_text(config.object_store, uri, text)
     assert series.totals(series.events(config, "job_views")) == before
     # Two exporters compacting at once: the one whose base is stale writes nothing.
     other = series._ObjectSeries()
     base_uri = f"{series.store_root(config)}/job_views/base.json"
-    _base, stale = objectstore.get_json(base_uri)
+    _base, stale = objectstore.get_json(config.object_store, base_uri)
     assert series.compact(config, "job_views", keep_seconds=1.5 * w, now=now) == 1  # age 2w
     read = objectstore.get_json
-    monkeypatch.setattr(objectstore, "get_json", lambda uri: (read(uri)[0], stale) if uri == base_uri else read(uri))
-    assert other.compact(f"{series.store_root(config)}/job_views", now) == 0
+    monkeypatch.setattr(objectstore, "get_json",
+                        lambda store, uri: (read(store, uri)[0], stale) if uri == base_uri else read(store, uri))
+    assert other.compact(config.object_store, f"{series.store_root(config)}/job_views", now) == 0
     monkeypatch.undo()
     assert series.totals(series.events(config, "job_views")) == before
 
@@ -86,13 +87,13 @@ def test_a_read_that_a_compaction_overtakes_counts_every_event_once(store_config
     listing = objectstore.listing
     overtaken = []
 
-    def listing_while_another_compacts(prefix: str):
+    def listing_while_another_compacts(store, prefix: str):
         # Between this reader's first look and its listing, another exporter folds and deletes.
         if not overtaken and prefix.endswith("/events/"):
             overtaken.append(True)
             monkeypatch.setattr(objectstore, "listing", listing)
             assert series.compact(config, "job_views", keep_seconds=2.5 * w, now=now) == 3
-        return listing(prefix)
+        return listing(store, prefix)
 
     monkeypatch.setattr(objectstore, "listing", listing_while_another_compacts)
     got = series.totals(series.events(config, "job_views"))["records"]["speed"]

@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 from loglake.core import objectstore
 from loglake.jobs.launch import application, job_env, submit_command
 from loglake.jobs.protocol import read_failure
-from loglake.ledger import leases
+from loglake import leases
 from loglake.local.produce import produce
 from loglake.speed.control import SpeedStream
 from loglake.testing import make_config, run_loglake
@@ -51,7 +51,6 @@ class Stream:
         self.stream = SpeedStream(config, ds)
         self.stream.summary_file.unlink(missing_ok=True)
         request = self.stream.request(available_now).with_summary_file(self.stream.summary_file)
-        self.stream.progress_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             command = submit_command(config, application(request.job), request.argv(), "loglake-speed", conf)
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -108,7 +107,7 @@ def landed(config, ds) -> collections.Counter:
     quarantine), read by delta-rs from the Delta tables themselves."""
     counts: collections.Counter = collections.Counter()
     for layer in ("speed", "quarantine"):
-        uri, options = objectstore.delta_location(config.table_path(ds, layer))
+        uri, options = objectstore.delta_location(config.table_path(ds, layer), config.object_store)
         try:
             table = DeltaTable(uri, storage_options=options).to_pyarrow_table()
         except Exception:  # noqa: BLE001 — no table yet: nothing landed there
@@ -142,7 +141,8 @@ def wait_landed(config, ds, records: int, timeout: float, stream: Stream) -> Non
 
 def batch_files(config, ds, kind: str) -> list[int]:
     """The micro-batch ids of the checkpoint's ``offsets`` or ``commits`` files."""
-    names = [uri.rsplit("/", 1)[1] for uri in objectstore.listing(f"{config.checkpoint_path(ds)}/{kind}/")]
+    listed = objectstore.listing(config.object_store, f"{config.checkpoint_path(ds)}/{kind}/")
+    names = [uri.rsplit("/", 1)[1] for uri in listed]
     return sorted(int(n) for n in names if n.isdigit())
 
 

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from loglake.local.produce import generate
-from loglake.records import parse
-
+from loglake.records import validation
 pytestmark = pytest.mark.integration  # a real Spark session
 
 RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
@@ -56,9 +55,9 @@ def cfg(spark_config):
 
 def run(spark, ds, values, keys=None):
     rows = [((keys[i] if keys else b"k"), v, ds.topic, 0, i, None) for i, v in enumerate(values)]
-    validated = parse.validate(spark.createDataFrame(rows, RAW), ds)
-    q = {r["_offset"]: r for r in parse.quarantine_rows(validated, "speed").collect()}
-    valid = {r["_offset"]: r for r in parse.valid_rows(validated, ds).collect()}
+    validated = validation.validate(spark.createDataFrame(rows, RAW), ds)
+    q = {r["_offset"]: r for r in validation.quarantine_rows(validated, "speed").collect()}
+    valid = {r["_offset"]: r for r in validation.valid_rows(validated, ds).collect()}
     return valid, q
 
 
@@ -82,7 +81,7 @@ def test_valid_row_is_typed(spark, cfg):
     row = valid[0]
     assert row["user_id"] == 7 and row["job_id"] == 42 and row["duration_ms"] == 1500
     assert row["viewed_at"].isoformat().startswith("2026-11-23T09:15:00.123")
-    assert set(parse.PROVENANCE) <= set(row.asDict())
+    assert set(validation.PROVENANCE) <= set(row.asDict())
 
 
 def test_changelog_tombstones_and_key_mismatch(spark, cfg):
@@ -144,8 +143,8 @@ def test_fast_path_agrees_with_the_exact_rules(spark, cfg, name):
             "_offset", "_reason", *[df[c].cast("string").alias(c) for c in df.columns if c not in (
                 "_offset", "_reason", "key", "value")]).collect()}
 
-    fast = collect(parse.validate(raw, ds))
-    exact = collect(parse.validate(raw, ds, fast_path=False))
+    fast = collect(validation.validate(raw, ds))
+    exact = collect(validation.validate(raw, ds, fast_path=False))
     assert len(fast) == len(values)
     diff = {i: (values[i], fast[i], exact[i]) for i in fast if fast[i] != exact[i]}
     assert not diff

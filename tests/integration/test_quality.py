@@ -9,10 +9,10 @@ import pytest
 from loglake.core.errors import ConfigError
 from loglake.ledger.ranges import ledger_rows
 from loglake.ledger.ranges import batch_watermarks
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.ledger.results import data_docs_dir, last_quality
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.batch.recompute import run_batch
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.core.errors import QualityGateError

@@ -13,12 +13,12 @@ from loglake.serving.arrow import sql as arrow_sql
 from loglake.cli.queries import render_rows
 from loglake.core.config import load_config
 from loglake.core.errors import ParamError
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.core.processes import free_port
 from loglake.local.produce import produce
 from loglake.testing import write_conf
 from loglake.ledger.snapshots import DatasetSnapshot, served_ranges
-from loglake.ledger.tables import snapshot
+from loglake.tables import snapshot
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.serving.spark import query
 from loglake.speed.stream import run_speed

@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 from loglake.ops.audit import audit_dataset
 from loglake.core.errors import DataLossError, ParamError
 from loglake.kafka.admin import admin
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.lifecycle.rebuild import check_layer
 from loglake.batch.recompute import recompute_from_log

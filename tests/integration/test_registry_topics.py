@@ -21,7 +21,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import functions as F
 
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.schemaregistry.resolve import resolve
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.speed.stream import run_speed

@@ -9,10 +9,10 @@ import pytest
 
 from loglake.ops.audit import audit_dataset
 from loglake.ledger.history import table_history
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.lifecycle.replay import replay_lines
-from loglake.ledger.tables import open_table
+from loglake.tables import open_table
 from loglake.batch.recompute import recompute_from_log
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.lifecycle.replay_job import replay, revalidated

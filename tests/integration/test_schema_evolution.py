@@ -21,10 +21,10 @@ from loglake.core.errors import SchemaChangeError
 from loglake.ledger.history import table_history
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import ledger_rows
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
-from loglake.ledger.schemas import check, recorded_versions, schema_status, schema_text
-from loglake.ledger.tables import open_table, query as delta_query
+from loglake.schema_versions import check, recorded_versions, schema_status, schema_text
+from loglake.tables import open_table, query as delta_query
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.serving.spark import query
 from loglake.speed.stream import run_speed

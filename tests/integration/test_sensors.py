@@ -15,7 +15,7 @@ import pytest
 
 from loglake.core import paths
 from loglake.kafka.admin import end_offsets
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.local.produce import produce
 from loglake.batch.recompute import run_batch
 from loglake.quality.pipeline import recompute_and_publish

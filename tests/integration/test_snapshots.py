@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from loglake.core.errors import QualityGateError
-from loglake.ledger.planning import plan_backfill, plan_batch
+from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.local.produce import produce
 from loglake.batch.recompute import recompute_from_log, run_batch
 from loglake.maintenance.job import run_maintenance

@@ -72,7 +72,7 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
     as its own, the stream's batch id with them."""
     from deltalake import DeltaTable
 
-    from loglake.ledger.planning import plan_batch
+    from loglake.batch.planning import plan_batch
     from loglake.ledger.snapshots import STREAM_KEY, stream_batch
     from loglake.batch.recompute import run_batch
 
@@ -100,7 +100,8 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
     # delta-rs checkpoints where Spark would (every 10th version), not at its own 100th: the stream
     # made its quarantine table with that interval, and sets it on one made without it.
     from loglake.lake.delta_io import APPENDED_BY_DELTA_RS, append_arrow, create_if_missing
-    from loglake.records.parse import CARRIED, carried_arrow, empty_quarantine
+    from loglake.records.counting import CARRIED, carried_arrow
+    from loglake.records.validation import empty_quarantine
 
     assert DeltaTable(q_path).metadata().configuration.items() >= APPENDED_BY_DELTA_RS.items()
     other = str(Path(q_path).parent / "made-by-spark")
@@ -175,7 +176,7 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     from pathlib import Path
 
     from loglake.ledger.snapshots import BATCH_KEY
-    from loglake.ledger.tables import open_table
+    from loglake.tables import open_table
 
     config = make_config(speed={"max_offsets_per_trigger": 60})
     ds = config.dataset(dataset)
@@ -259,7 +260,7 @@ def test_a_running_stream_that_replayed_a_micro_batch_records_its_position_with_
 
 def test_a_second_stream_of_a_dataset_is_refused_while_one_runs(spark, make_config):
     from loglake.core.errors import StreamRunningError
-    from loglake.ledger.leases import stream_lease
+    from loglake.leases import stream_lease
 
     config = make_config()
     ds = config.dataset("job_views")
@@ -273,6 +274,6 @@ def test_a_second_stream_of_a_dataset_is_refused_while_one_runs(spark, make_conf
 
 
 def open_table_or_none(config, ds):
-    from loglake.ledger.tables import open_table
+    from loglake.tables import open_table
 
     return open_table(config.table_path(ds, "speed"))

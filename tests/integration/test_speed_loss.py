@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 
 from loglake.kafka.admin import admin, log_bounds
 from loglake.local.produce import produce
-from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.audit import audit_dataset
+from loglake.ops.audit_report import format_audit
 from loglake.testing import run_loglake
 from loglake.speed.stream import run_speed
 

@@ -18,10 +18,11 @@ from pyspark.sql import functions as F
 
 from loglake.core.errors import DataLossError
 from loglake.kafka.admin import admin, group_offsets, log_bounds
-from loglake.ledger.planning import plan_batch
+from loglake.batch.planning import plan_batch
 from loglake.ledger.ranges import batch_watermarks
 from loglake.local.produce import produce
-from loglake.ops.audit import audit_dataset, format_audit
+from loglake.ops.audit import audit_dataset
+from loglake.ops.audit_report import format_audit
 from loglake.ops.diff import diff_range
 from loglake.ops.status import dataset_status
 from loglake.records.kafka_source import check_retained
@@ -180,17 +181,16 @@ def test_a_byte_budget_sizes_micro_batches_by_the_committed_records_only(make_co
 
 
 def exact_noted(monkeypatch) -> list[bool]:
-    """How each micro-batch asks ``parse.counted`` to note its bad offsets (``exact``), in order."""
-    from loglake.records import parse
-
+    """How each micro-batch asks ``counting.counted`` to note its bad offsets (``exact``), in order."""
+    from loglake.records import counting
     noted = []
-    real_counted = parse.counted
+    real_counted = counting.counted
 
     def counted(*args, **kwargs):
         noted.append(kwargs.get("exact"))
         return real_counted(*args, **kwargs)
 
-    monkeypatch.setattr(parse, "counted", counted)
+    monkeypatch.setattr(counting, "counted", counted)
     return noted
 
 
@@ -198,7 +198,7 @@ def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planne
                                                                                         monkeypatch):
     """A stream's first micro-batch may be one the previous run planned (Spark's offset log)
     under a larger cap: it is noted by its own span, not by this run's cap."""
-    from loglake.records import parse
+    from loglake.records import counting
     from loglake.speed import checkpoint
     from loglake.speed import stream as streaming
 
@@ -206,7 +206,7 @@ def test_a_micro_batch_replayed_after_a_crash_is_noted_by_the_span_it_was_planne
     config = make_config(speed={"max_offsets_per_trigger": 100, "max_bytes_per_trigger": None}, topic_suffix=suffix)
     ds = config.dataset("job_views")
     produce(config, ds, 400, bad_fraction=0.1, seed=221)
-    monkeypatch.setattr(parse, "EXACT_BAD_LIMIT", 60)  # the driver decides; a small limit makes 100 "large"
+    monkeypatch.setattr(counting, "EXACT_BAD_LIMIT", 60)  # the driver decides; a small limit makes 100 "large"
 
     def crash(*args, **kwargs):
         raise RuntimeError("the driver died after planning the micro-batch")
@@ -234,10 +234,9 @@ def test_a_stream_under_a_byte_budget_lands_every_committed_record_once_in_micro
                                                                                                  make_config,
                                                                                                  monkeypatch):
     from loglake.speed.sizing import size_micro_batches
-    from loglake.records import parse
-
-    # A records cap above parse.EXACT_BAD_LIMIT: the sized cap, far below it, is the one that binds.
-    config = make_config(speed={"max_bytes_per_trigger": "32k", "max_offsets_per_trigger": 2 * parse.EXACT_BAD_LIMIT})
+    from loglake.records import counting
+    # A records cap above counting.EXACT_BAD_LIMIT: the sized cap, far below it, is the one that binds.
+    config = make_config(speed={"max_bytes_per_trigger": "32k", "max_offsets_per_trigger": 2 * counting.EXACT_BAD_LIMIT})
     ds = config.dataset("job_views")
     txn = produce(config, ds, 1200, bad_fraction=0.05, seed=211, transactional=True, transaction_size=50,
                   abort_every=4)

@@ -16,7 +16,7 @@ import pytest
 from loglake.core import paths
 from loglake.core.config import load_config
 from loglake.kafka.admin import ensure_topic, log_bounds
-from loglake.ledger.planning import plan_backfill
+from loglake.batch.planning import plan_backfill
 from loglake.local.produce import produce
 from loglake.core.contracts import QUALITY_RESULTS
 from loglake.ledger.results import data_docs_dir

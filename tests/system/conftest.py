@@ -1,7 +1,7 @@
 """Whole DAG runs: ``airflow dags test`` in a subprocess against the real broker, Spark and Delta.
 
 Airflow's configuration is read once per process, so every run is its own process with
-the environment ``loglake.local.airflow_standalone.airflow_env`` builds for the test's config
+the environment ``loglake.local.airflow_env.airflow_env`` builds for the test's config
 (its conf/ dir, state dir and topics); the metadata DB is shared by a module's tests.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loglake.local.airflow_standalone import airflow_bin, airflow_env
+from loglake.local.airflow_env import airflow_bin, airflow_env
 from loglake.testing import NO_BROKER, make_config
 
 # DAGs that only tests run (tests/system/dags/), with loglake's plugins like the real ones.

@@ -12,7 +12,7 @@ import pytest
 
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks, ledger_rows
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 from loglake.local.produce import produce
 
 pytestmark = pytest.mark.system

@@ -31,7 +31,7 @@ from loglake.core.processes import Managed, alive, descendants, free_port, wait_
 from loglake.jobs import shared_app
 from loglake.kafka.admin import log_bounds
 from loglake.ledger.ranges import batch_watermarks, ledger_rows
-from loglake.ledger.tables import snapshot
+from loglake.tables import snapshot
 from loglake.local.airflow_standalone import COMPONENTS, EmbeddedAirflow
 from loglake.testing.checks import spark_drivers
 from loglake.testing.prometheus import start_prometheus

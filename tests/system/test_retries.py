@@ -14,17 +14,17 @@ import subprocess
 
 import pytest
 
-from loglake.local.airflow_standalone import airflow_bin
+from loglake.local.airflow_env import airflow_bin
 from loglake.core.config import load_config
 from loglake.local.broker import EmbeddedKafka
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import BatchRequest
 from loglake.kafka.admin import log_bounds
 from loglake.core.offsets import OffsetRange
-from loglake.ledger.planning import Plan
+from loglake.core.plans import Plan
 from loglake.core.processes import wait_for
 from loglake.local.produce import produce
 from loglake.testing import write_conf
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 
 from tests.system.conftest import REPO_DAGS_TESTS
 
@@ -45,15 +45,16 @@ def test_transient_failures_are_retried_and_permanent_ones_fail_once(tmp_path, a
         ds = config.dataset("job_views")
         produce(config, ds, 300, bad_fraction=0.1, seed=61, progress=False)
         ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in log_bounds(config, ds.topic).items()]
-        good = JobRequest("batch", ds.name, Plan(ds.name, tuple(ranges), "backfill"), "retried")
+        good = BatchRequest(ds.name, Plan(ds.name, tuple(ranges), "backfill"), run_id="retried")
         beyond = Plan(ds.name, (OffsetRange(ds.topic, 0, 0, ranges[0].end + 100),), "backfill")
-        bad = JobRequest("batch", ds.name, beyond, "beyond")
-        malformed = ["--dataset", ds.name, "--plan", Plan("company_ceos", (), "backfill").to_json(), "--run-id", "m"]
+        bad = BatchRequest(ds.name, beyond, run_id="beyond")
+        malformed = {"job": "batch", "dataset": ds.name, "plan": json.loads(Plan("company_ceos", (), "backfill").to_json()),
+                     "run_id": "m"}
         kafka.stop()  # briefly unavailable: the first attempt meets no broker
 
         env = {**airflow_db.env(config), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS_TESTS),
                "LOGLAKE_RETRY_DELAY_SECONDS": "3",
-               "LOGLAKE_TEST_TRANSIENT": json.dumps(good.argv()), "LOGLAKE_TEST_PERMANENT": json.dumps(bad.argv()),
+               "LOGLAKE_TEST_TRANSIENT": json.dumps(good.to_dict()), "LOGLAKE_TEST_PERMANENT": json.dumps(bad.to_dict()),
                "LOGLAKE_TEST_MALFORMED": json.dumps(malformed)}
         before = airflow_db.run_ids("loglake_test_retries")
         proc = subprocess.Popen([airflow_bin(), "dags", "test", "loglake_test_retries"], env=env,

@@ -34,7 +34,7 @@ from loglake.kafka.admin import ensure_topic, group_offsets, list_topics, log_bo
 from loglake.ledger.ranges import batch_watermarks
 from loglake.core.processes import free_port
 from loglake.testing import write_conf
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 
 pytestmark = pytest.mark.system
 

@@ -134,7 +134,7 @@ def loglake_page_values(b: Browser) -> dict[tuple, str]:
 
 def test_loglake_page_shows_what_loglake_status_computes(airflow, spark):
     from loglake.kafka.admin import ensure_topic, log_bounds
-    from loglake.ledger.planning import plan_backfill
+    from loglake.batch.planning import plan_backfill
     from loglake.local.produce import produce
     from loglake.ops.status import dataset_status, format_status
     from loglake.quality.pipeline import recompute_and_publish

@@ -10,6 +10,8 @@ own conf, up to the point where a broker would be needed.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -28,7 +30,7 @@ from loglake.core.errors import (
     StreamRunningError,
     WriterBusyError,
 )
-from loglake.ledger.planning import Plan
+from loglake.core.plans import Plan
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -166,7 +168,7 @@ def test_an_unknown_dataset_fails_a_sensor_a_plan_and_the_hook_at_once():
     """The repo's conf, no broker: the name is refused before anything is read from Kafka or Delta."""
     from loglake.core.errors import ConfigError
     from loglake_airflow.hooks import LoglakeHook
-    from loglake_airflow.plans import backfill_args
+    from loglake_airflow.plans import backfill_requests
     from loglake_airflow.sensors import BatchWatermarkSensor, StreamCaughtUpSensor
 
     _, AirflowFailException = exceptions()
@@ -182,15 +184,16 @@ def test_an_unknown_dataset_fails_a_sensor_a_plan_and_the_hook_at_once():
         with pytest.raises(AirflowFailException, match=f"^{said}"):
             sensor.poke({})
     with pytest.raises(AirflowFailException, match=f"^{said}"):
-        backfill_args({"dataset": "page_views", "ranges": ["0:0-10"]}, "r/1")
+        backfill_requests({"dataset": "page_views", "ranges": ["0:0-10"]}, "r/1")
 
 
 def test_the_operator_refuses_a_plan_of_another_dataset_before_any_spark_submit():
     from loglake_airflow.operators import LoglakeSparkSubmitOperator
 
     _, AirflowFailException = exceptions()
-    args = ["--dataset", "job_views", "--plan", Plan("company_ceos", (), "backfill").to_json(), "--run-id", "m"]
-    op = LoglakeSparkSubmitOperator(task_id="malformed", job="batch", application_args=args)
+    asked = {"job": "batch", "dataset": "job_views", "plan": json.loads(Plan("company_ceos", (), "backfill").to_json()),
+             "run_id": "m"}
+    op = LoglakeSparkSubmitOperator(task_id="malformed", job="batch", job_request=asked)
     with pytest.raises(AirflowFailException, match="^plan: the plan is for dataset 'company_ceos'"):
         op.execute({})
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from loglake.core import paths
-from loglake.local.airflow_standalone import dataset_names
+from loglake.local.airflow_env import dataset_names
 from loglake.core.config import load_config
 
 DAGS_DIR = paths.REPO_ROOT / "dags"
@@ -43,7 +43,7 @@ def airflow_libraries(tmp_path_factory):
         mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_DIR))
         mp.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", str(PLUGINS_DIR))
-        # What loglake.local.airflow_standalone.airflow_env gives every Airflow process it starts.
+        # What loglake.local.airflow_env.airflow_env gives every Airflow process it starts.
         mp.setenv("LOGLAKE_DATASETS", ",".join(dataset_names(load_config(paths.REPO_ROOT / "conf", profile="local"))))
         mp.syspath_prepend(str(PLUGINS_DIR))
         import airflow.sdk  # noqa: F401

@@ -795,7 +795,7 @@ def test_airflow_sends_its_statsd_to_statsd_exporter_with_the_shipped_mapping():
     names), and Airflow starts after it (its client resolves the name once; a name that does not
     resolve is an error line in the process's output). A one-shot that runs before it
     (airflow-init) has StatsD off. The platform's exporter takes nothing in."""
-    from loglake.local.airflow_standalone import statsd_env
+    from loglake.local.airflow_env import statsd_env
 
     (exporter_name, _svc), = statsd_services().items()
     statsd_port = cluster_profile()["metrics"]["statsd_port"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -10,42 +12,69 @@ from loglake.core.errors import (ConfigError, CoordinatorNotReadyError, DataLoss
                                  KafkaUnavailableError, ParamError, QualityGateError, is_transient, known_transient)
 from loglake.jobs import registry
 from loglake.jobs.launch import JobOutcome
-from loglake.jobs.protocol import SUMMARY_PREFIX, JobRequest, read_failure, read_summary, report, summary_file_of
+from loglake.jobs.protocol import SUMMARY_PREFIX, read_failure, read_summary, report
+from loglake.jobs.requests import (REQUESTS, BatchRequest, JobRequest, MaintenanceRequest, QualityRequest, RebuildRequest,
+                                   ReplayRequest, SpeedRequest, summary_file_of)
 from loglake.jobs.summaries import (BatchSummary, FailedExpectation, MaintenanceSummary, QualitySummary,
                                     RebuildSummary, ReplaySummary, SpeedSummary)
 from loglake.core.offsets import OffsetRange
-from loglake.ledger.planning import Plan
+from loglake.core.plans import Plan
 from loglake.core.retrying import attempts_made
 
 PLAN = Plan("job_views", (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7)), "backfill", ("a note",))
 
 
 @pytest.mark.parametrize("request_", [
-    JobRequest("batch", "job_views", PLAN, "run-1"),
-    JobRequest("quality", "job_views", PLAN, "dag/run:2", summary_file="/tmp/s",
-               lineage_parent="ns/loglake_batch.dataset.quality/01935a3c-0000-7000-8000-000000000001"),
-    JobRequest("speed", "job_views", available_now=True, progress_file="/x/p.json"),
-    JobRequest("maintenance", "company_ceos", run_id="m"),
-    JobRequest("rebuild", "company_ceos", run_id="r", layer="latest"),
-    JobRequest("replay", "job_views", run_id="r", reason_code="out_of_domain", dry_run=True),
-    JobRequest("replay", "job_views", run_id="r"),
+    BatchRequest("job_views", PLAN, run_id="run-1"),
+    QualityRequest("job_views", PLAN, run_id="dag/run:2", summary_file="/tmp/s",
+                   lineage_parent="ns/loglake_batch.dataset.quality/01935a3c-0000-7000-8000-000000000001"),
+    SpeedRequest("job_views", available_now=True, progress_file="/x/p.json"),
+    MaintenanceRequest("company_ceos", run_id="m"),
+    RebuildRequest("company_ceos", "latest", run_id="r"),
+    ReplayRequest("job_views", "out_of_domain", True, run_id="r"),
+    ReplayRequest("job_views", run_id="r"),
 ], ids=["batch", "quality", "speed", "maintenance", "rebuild", "replay-dry", "replay"])
-def test_a_request_round_trips_through_its_arguments(request_):
-    assert JobRequest.parse(request_.job, request_.argv()) == request_
+def test_a_request_round_trips_through_json_and_the_command_line(request_):
+    """One form on the wire: JSON's own types (XCom, the shared application), and spark-submit's
+    ``--request JSON``; each job's registry entry names its request's type."""
+    assert JobRequest.from_dict(json.loads(json.dumps(request_.to_dict()))) == request_
+    argv = request_.argv()
+    assert argv[0] == "--request" and len(argv) == 2
+    assert JobRequest.from_argv(request_.job, argv) == request_
+    assert registry.job(request_.job).request is type(request_)
+    assert summary_file_of(argv) == request_.summary_file
+
+
+def test_every_job_has_a_request_type():
+    assert sorted(registry.JOBS) == sorted(REQUESTS)
+    assert all(cls.job == name for name, cls in REQUESTS.items())
+
+
+AS_JSON = json.loads(json.dumps(BatchRequest("job_views", PLAN, run_id="run-1").to_dict()))
 
 
 @pytest.mark.parametrize("make, field", [
-    (lambda: JobRequest("nope", "job_views"), "job"),
-    (lambda: JobRequest("batch", "job_views"), "plan"),
-    (lambda: JobRequest("batch", "company_ceos", PLAN), "plan"),
-    (lambda: JobRequest("quality", "job_views", PLAN), "run_id"),
-    (lambda: JobRequest("rebuild", "job_views", run_id="r"), "layer"),
-    (lambda: JobRequest("rebuild", "job_views", layer="batch"), "run_id"),
-    (lambda: JobRequest("replay", "job_views"), "run_id"),
-    (lambda: JobRequest.parse("batch", ["--plan", PLAN.to_json()]), "arguments"),
-    (lambda: JobRequest.parse("batch", ["--dataset", "job_views", "--plan", "{not json"]), "plan"),
-], ids=["unknown-job", "no-plan", "plan-of-another-dataset", "quality-without-run", "rebuild-without-layer", "rebuild-without-run",
-        "replay-without-run", "no-dataset", "bad-plan"])
+    (lambda: JobRequest.from_dict({**AS_JSON, "job": "nope"}), "request.job"),
+    (lambda: JobRequest.from_dict(AS_JSON, "quality"), "request.job"),
+    (lambda: JobRequest.from_dict(["batch"]), "request"),
+    (lambda: BatchRequest("job_views", None), "plan"),
+    (lambda: JobRequest.from_dict({k: v for k, v in AS_JSON.items() if k != "plan"}), "request"),
+    (lambda: BatchRequest("company_ceos", PLAN), "plan"),
+    (lambda: BatchRequest("", PLAN), "dataset"),
+    (lambda: QualityRequest("job_views", PLAN), "run_id"),
+    (lambda: RebuildRequest("job_views", "everything", run_id="r"), "layer"),
+    (lambda: RebuildRequest("job_views", "batch"), "run_id"),
+    (lambda: ReplayRequest("job_views"), "run_id"),
+    (lambda: JobRequest.from_dict({**AS_JSON, "layer": "batch"}), "request.layer"),
+    (lambda: JobRequest.from_dict({**AS_JSON, "run_id": 7}), "request.run_id"),
+    (lambda: JobRequest.from_dict({"job": "replay", "dataset": "d", "run_id": "r", "dry_run": "yes"}),
+     "request.dry_run"),
+    (lambda: JobRequest.from_dict({**AS_JSON, "plan": "{not json"}), "request.plan"),
+    (lambda: JobRequest.from_argv("batch", ["--dataset", "job_views"]), "arguments"),
+    (lambda: JobRequest.from_argv("batch", ["--request", "{not json"]), "request"),
+], ids=["unknown-job", "another-job", "not-an-object", "no-plan", "plan-missing", "plan-of-another-dataset",
+        "no-dataset", "quality-without-run", "rebuild-bad-layer", "rebuild-without-run", "replay-without-run",
+        "unknown-option", "run-id-not-a-string", "dry-run-not-a-bool", "bad-plan", "old-arguments", "not-json"])
 def test_bad_requests_name_the_field(make, field):
     with pytest.raises(ParamError) as e:
         make()
@@ -65,8 +94,8 @@ def test_the_summary_is_one_guarded_line(tmp_path, capsys):
     assert read_failure(tmp_path / "s") == JobFailure.of(DataLossError("t", 0, 0, 5))
     report(summary, str(tmp_path / "ok"))
     assert read_failure(tmp_path / "ok") is None and read_failure(tmp_path / "none") is None
-    assert summary_file_of(["--dataset", "x", "--summary-file", "/a/b"]) == "/a/b"
-    assert summary_file_of(["--summary-file"]) is None
+    assert summary_file_of(["--request", '{"job": "batch", "summary_file": "/a/b", "plan": 3}']) == "/a/b"
+    assert summary_file_of(["--request"]) is None and summary_file_of(["--request", "{not json"]) is None
 
 
 QUALITY = QualitySummary(dataset="job_views", run_id="r", ranges=2, expectations=3, published=False, rows=10,

@@ -11,7 +11,7 @@ import pytest
 from loglake.jobs import shared_app
 from loglake.core.config import load_config
 from loglake.core.errors import ParamError
-from loglake.jobs.protocol import JobRequest
+from loglake.jobs.requests import MaintenanceRequest
 from loglake.testing import write_conf
 
 
@@ -28,7 +28,7 @@ def test_the_start_wait_is_read_from_the_environment_and_checked(monkeypatch):
 
 def test_a_job_waits_for_an_application_that_never_answers_only_up_to_the_bound(tmp_path):
     config = load_config(write_conf(tmp_path, "localhost:1"), home=tmp_path / "state")
-    request = JobRequest("maintenance", "job_views", run_id="wait")
+    request = MaintenanceRequest("job_views", run_id="wait")
     # Not started: spark-submit at once, nothing said.
     lines: list[str] = []
     assert shared_app.submit(config, request, output=lines.append, wait=30) is None and lines == []

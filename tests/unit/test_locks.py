@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from loglake.ledger import leases
+from loglake import leases
 from loglake.core.config import load_config
 from loglake.core.errors import ConfigError, JobCancelled, WriterBusyError
 from loglake.testing import hold_writer_lease, take_writer_lease, write_conf
@@ -123,8 +123,8 @@ def test_a_job_of_the_holder_writes_under_its_lease(config):
 
 
 def test_the_holder_renews_its_lease(config, monkeypatch):
-    monkeypatch.setattr(leases, "TTL_SECONDS", 1.0)
-    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.2)
+    monkeypatch.setattr(leases.records, "TTL_SECONDS", 1.0)
+    monkeypatch.setattr(leases.records, "RENEW_SECONDS", 0.2)
     with leases.writer(config, "job_views", "maintenance", "long"):
         time.sleep(2.0)  # twice the lease's life: renewed meanwhile
         held = json.loads(leases.DatasetLock(config, "job_views").path.read_text())
@@ -136,8 +136,8 @@ def test_the_holder_renews_through_an_outage_of_its_leases_directory_shorter_tha
     """A renewal that fails (the leases' directory unreachable: a network mount's hiccup) is tried
     again while the lease lives: another host watching it afterwards for twice its life finds it
     renewed all along, and cannot take it."""
-    monkeypatch.setattr(leases, "TTL_SECONDS", 3.0)
-    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.5)
+    monkeypatch.setattr(leases.records, "TTL_SECONDS", 3.0)
+    monkeypatch.setattr(leases.records, "RENEW_SECONDS", 0.5)
     directory = leases.lock_dir(config)
     with leases.writer(config, "job_views", "batch", "run-1"):
         away = directory.with_name(directory.name + ".away")
@@ -173,3 +173,27 @@ def test_an_object_store_lake_keeps_its_leases_on_the_store_unless_a_directory_i
     refused("{root: 's3://bucket/lake'}", "root", "s3a://bucket/lake")
     refused("{object_store: {endpoint: 'minio:9000'}}", "object_store.endpoint", "http://host:port")
     refused("{object_store: {credentials_file: 's3.ini'}}", "object_store.credentials_file", "absolute")
+
+
+def test_two_configs_on_one_bucket_keep_their_own_store_settings(tmp_path):
+    """Two profiles of one process (two Airflow tasks' configs, a test's two lakes) name the same
+    bucket with other credentials and endpoints: each one's tables and leases are reached with its
+    own, whichever was loaded last (the settings travel with the config, not in a table of
+    buckets)."""
+    from loglake.core.objectstore import delta_location
+
+    configs = []
+    for who in ("a", "b"):
+        keys = tmp_path / f"{who}.ini"
+        keys.write_text(f"[default]\naws_access_key_id = key-{who}\naws_secret_access_key = secret-{who}\n")
+        conf = write_conf(tmp_path / who, "localhost:9")
+        profile = conf / "loglake.yaml"
+        profile.write_text(profile.read_text().replace("  test:\n", (
+            f"  test:\n    lake: {{root: 's3a://shared/{who}', object_store: {{endpoint: 'http://store-{who}:7070', "
+            f"credentials_file: '{keys}'}}}}\n"), 1))
+        configs.append(load_config(conf, home=tmp_path / who / "state"))
+    for config, who in zip(configs, "ab"):
+        path = config.table_path(config.dataset("job_views"), "batch")
+        uri, options = delta_location(path, config.object_store)
+        assert uri.startswith(f"s3://shared/{who}/")
+        assert (options["AWS_ACCESS_KEY_ID"], options["AWS_ENDPOINT_URL"]) == (f"key-{who}", f"http://store-{who}:7070")

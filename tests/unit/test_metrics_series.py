@@ -64,7 +64,7 @@ class _Fixed(Collector):
 def test_a_snapshot_becomes_the_metrics_with_its_values(tmp_path):
     import socket
 
-    from loglake.ledger.leases import holders, writer
+    from loglake.leases import holders, writer
 
     config = _config(tmp_path)
     # The lease holder as production records it: a real writer lease, read back as status does.

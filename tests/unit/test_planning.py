@@ -7,7 +7,7 @@ import pytest
 from loglake.core.errors import DataLossError, OffsetError, ParamError
 from loglake.ledger.ranges import compute_watermarks
 from loglake.core.offsets import OffsetRange
-from loglake.ledger.planning import Plan, parse_range_spec, parse_timestamp, plan_from_watermarks, validate_ranges
+from loglake.core.plans import Plan, parse_range_spec, parse_timestamp, plan_from_watermarks, validate_ranges
 
 LOG = {0: (0, 100), 1: (50, 80), 2: (0, 0)}  # partition → (earliest retained, end)
 

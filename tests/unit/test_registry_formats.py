@@ -106,7 +106,7 @@ def test_registry_settings_refuse_a_bad_url_and_half_a_login():
 
 
 def test_status_says_the_format_the_subject_version_and_what_was_refused():
-    from loglake.ledger.schemas import format_text, schema_text, status_shape
+    from loglake.schema_versions import format_text, schema_text, status_shape
 
     assert format_text(status_shape(format="json", version=1)) == "json (the schema is the dataset's conf)"
     st = status_shape(format="avro", subject="orders-value", subject_version=2, schema_id=7, version=3,

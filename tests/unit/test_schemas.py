@@ -1,4 +1,4 @@
-"""Which schema changes are additive and which are breaking (``loglake.ledger.schemas.compare``)."""
+"""Which schema changes are additive and which are breaking (``loglake.schema_versions.compare``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from loglake.core.config import load_config
 from loglake.core import paths
-from loglake.ledger.schemas import compare, fingerprint, spec_of
+from loglake.schema_versions import compare, fingerprint, spec_of
 
 
 def base() -> dict:

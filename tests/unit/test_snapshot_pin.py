@@ -19,7 +19,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from loglake.core.config import load_config
 from loglake.testing import write_conf
 from loglake.ledger.snapshots import pin
-from loglake.ledger.tables import open_table, query
+from loglake.tables import open_table, query
 
 
 @pytest.fixture

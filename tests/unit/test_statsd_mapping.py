@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from loglake.core.config import load_config
 from loglake.core.errors import PortInUseError
 from loglake.local import statsd_exporter
-from loglake.local.airflow_standalone import statsd_env
+from loglake.local.airflow_env import statsd_env
 from loglake.observe import exporter
 from loglake.testing import write_conf
 

@@ -9,14 +9,19 @@ import sys
 import textwrap
 import time
 
-# A job in the shape of a loglake job: reports how it ended in --summary-file, exits 2 on error.
+from loglake.jobs.requests import SpeedRequest
+
+# A job in the shape of a loglake job: reports how it ended in its request's summary_file, exits 2
+# on error.
 JOB = textwrap.dedent('''
+    import json
     import sys
     from pathlib import Path
     from loglake.core.errors import ConfigError, JobFailure, KafkaUnavailableError
     from loglake.jobs.protocol import report
     from loglake.jobs.summaries import SpeedSummary
-    runs, plan, summary, progress = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[4], Path(sys.argv[6])
+    runs, plan, request = Path(sys.argv[1]), sys.argv[2].split(","), json.loads(sys.argv[4])
+    summary, progress = request["summary_file"], Path(request["progress_file"])
     n = len(runs.read_text().splitlines()) if runs.exists() else 0
     runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
     outcome = plan[min(n, len(plan) - 1)]
@@ -34,8 +39,9 @@ JOB = textwrap.dedent('''
 def command(tmp_path, plan: str) -> list[str]:
     job = tmp_path / "job.py"
     job.write_text(JOB)
+    request = SpeedRequest("job_views", progress_file=str(tmp_path / "progress"), summary_file=str(tmp_path / "summary"))
     return [sys.executable, "-m", "loglake.jobs.supervisor", sys.executable, str(job), str(tmp_path / "runs"), plan,
-            "--summary-file", str(tmp_path / "summary"), "--progress-file", str(tmp_path / "progress")]
+            *request.argv()]
 
 
 def supervise(tmp_path, plan: str) -> tuple[subprocess.CompletedProcess, int]:

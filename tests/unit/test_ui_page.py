@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from loglake.core import paths
-from loglake.ledger.schemas import status_shape
+from loglake.schema_versions import status_shape
 
 
 @pytest.fixture(scope="module")

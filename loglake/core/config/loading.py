@@ -35,8 +35,6 @@ class Config:
         self.conf_dir = conf_dir
         # Profile key (``kafka.security.password``) → the environment variable its value came from.
         self.env_refs = env_refs or {}
-        # delta-rs and the leases find an s3a:// lake's store by its bucket (loglake.core.objectstore).
-        objectstore.register(self)
 
     @property
     def kafka(self) -> KafkaSettings:
@@ -307,7 +305,7 @@ def load_config(conf_dir: Path | str | None = None, profile: str | None = None,
                 overrides: dict[str, Any] | None = None, home: Path | str | None = None) -> Config:
     """Load ``conf/`` and validate it.
 
-    What the conf says is checked against what the lake holds by ``loglake.ledger.schemas.check_all``
+    What the conf says is checked against what the lake holds by ``loglake.schema_versions.check_all``
     (a schema change the tables cannot take), which every entry point calls after this.
 
     ``profile`` defaults to ``$LOGLAKE_PROFILE``, then the file's ``default_profile``.

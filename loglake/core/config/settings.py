@@ -21,7 +21,7 @@ class ObjectStoreSettings(_Strict):
 
     Every writer commits to it with conditional writes (``If-None-Match: *``): Spark through
     loglake's Delta log store, delta-rs by default, the dataset leases through loglake's own
-    compare-and-swap (``loglake.ledger.leases``). The store must honour them: the suite checks
+    compare-and-swap (``loglake.leases``). The store must honour them: the suite checks
     versitygw, and AWS documents them for S3; check any other store (docs/limits.md)."""
 
     endpoint: str | None = None          # http(s)://host:port; None: AWS S3 in ``region``
@@ -51,7 +51,7 @@ class LakeSettings(_Strict):
     root: str | None = None         # default: <state>/lake; a directory, or s3a://bucket/prefix
     checkpoints: str | None = None  # default: <state>/checkpoints; a directory, or s3a://…
     object_store: ObjectStoreSettings | None = None  # an s3a:// root's store (default: AWS S3, default chain)
-    # Where the dataset leases live (one writer per dataset, ``loglake.ledger.leases``). Default:
+    # Where the dataset leases live (one writer per dataset, ``loglake.leases``). Default:
     # beside the tables (<root>/_loglake_locks), on the object store for an s3a:// root (taken
     # there with conditional writes); a directory here keeps them on that filesystem (flock).
     locks: str | None = None

@@ -1,4 +1,4 @@
-"""A test DAG (tests/system/test_retries.py): loglake Spark tasks whose arguments the test gives.
+"""A test DAG (tests/system/test_retries.py): loglake Spark tasks whose requests the test gives.
 
 ``transient`` recomputes a valid plan while the broker is briefly down; then ``permanent``
 asks for offsets beyond the log end (the job says so: no retry can fix it); ``malformed``
@@ -20,6 +20,6 @@ with DAG(dag_id="loglake_test_retries", schedule=None, start_date=datetime(2026,
          catchup=False, default_args=DEFAULT_ARGS, doc_md=__doc__, tags=["loglake-test"]) as dag:
     transient, permanent, malformed = (
         LoglakeSparkSubmitOperator(task_id=task_id, job="batch",
-                                   application_args=json.loads(os.environ.get(f"LOGLAKE_TEST_{task_id.upper()}", "[]")))
+                                   job_request=json.loads(os.environ.get(f"LOGLAKE_TEST_{task_id.upper()}", "{}")))
         for task_id in ("transient", "permanent", "malformed"))
     transient >> permanent

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from loglake.core.config import Config, Dataset
 from loglake.core.contracts import SCHEMAS
 from loglake.core.errors import SchemaChangeError
-from loglake.ledger.tables import open_table, query
+from loglake.tables import layer_table, open_table, query
 
 # A dataset field's type → the Delta type its column has (as delta-rs names it). A registry
 # dataset's field types are Spark SQL types (``delta_type``).
@@ -134,7 +134,7 @@ def recorded_versions(config: Config, ds: Dataset | str) -> list[dict]:
     """The dataset's recorded schema versions, oldest first (``fields`` parsed)."""
 
     name = ds if isinstance(ds, str) else ds.name
-    table = open_table(config.system_table_path(SCHEMAS))
+    table = open_table(config.system_table_path(SCHEMAS), store=config.object_store)
     if table is None:
         return []
     rows = query(table, f"SELECT * FROM t WHERE dataset = '{name}' ORDER BY version, recorded_at")
@@ -161,7 +161,7 @@ def table_columns(config: Config, ds: Dataset) -> dict[str, dict[str, str]]:
     for layer in ("speed", "batch", "latest"):
         if getattr(ds.tables, layer, None) is None:
             continue
-        table = open_table(config.table_path(ds, layer))
+        table = layer_table(config, ds, layer)
         if table is not None:
             out[layer] = {f.name: getattr(f.type, "type", str(f.type)) for f in table.schema().fields}
     return out
@@ -207,7 +207,7 @@ def check_all(config: Config) -> None:
         try:
             check(config, ds)
         except OSError as e:
-            logging.getLogger("loglake.ledger.schemas").info("schema check of %s skipped: the lake is not readable "
+            logging.getLogger("loglake.schema_versions").info("schema check of %s skipped: the lake is not readable "
                                                       "here (%s)", ds.name, str(e).splitlines()[0])
             return
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from loglake.core.config import Config, Dataset
 from loglake.core.objectstore import delta_location
@@ -18,6 +19,10 @@ class TableRef:
     layer: str   # speed | batch | quarantine | latest
     name: str    # <schema>.<table>, as in the dataset's config
     path: str
+    store: Any = None  # the object store it is on (the config's ``object_store``), None on a filesystem
+
+    def open(self, version: int | None = None):
+        return open_table(self.path, version, self.store)
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ class Snapshot:
 def dataset_tables(config: Config, ds: Dataset) -> list[TableRef]:
     """Every table the dataset declares (speed, batch, quarantine and, for a changelog, latest)."""
     layers = ("speed", "batch", "quarantine") + (("latest",) if ds.tables.latest else ())
-    return [TableRef(layer, getattr(ds.tables, layer), config.table_path(ds, layer)) for layer in layers]
+    return [TableRef(layer, getattr(ds.tables, layer), config.table_path(ds, layer), config.object_store)
+            for layer in layers]
 
 
 def staging_path(config: Config, ds: Dataset, run_id: str, layer: str) -> str:
@@ -47,23 +53,24 @@ def staging_root(config: Config, ds: Dataset, run_id: str) -> str:
     return staging_path(config, ds, run_id, "").rstrip("/")
 
 
-def _is_delta(path: str) -> bool:
+def _is_delta(ref: TableRef) -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(*delta_location(path))
+    return DeltaTable.is_deltatable(*delta_location(ref.path, ref.store))
 
 
 def existing_tables(config: Config, ds: Dataset) -> list[TableRef]:
     """The dataset's tables that exist yet."""
-    return [t for t in dataset_tables(config, ds) if _is_delta(t.path)]
+    return [t for t in dataset_tables(config, ds) if _is_delta(t)]
 
 
-def snapshot(path: str) -> Snapshot:
-    """Version, file count and bytes of the table's current snapshot, from its Delta log."""
+def snapshot(path: str, store=None) -> Snapshot:
+    """Version, file count and bytes of the table's current snapshot, from its Delta log
+    (``store``: the object store it is on, the config's ``object_store``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = open_table(path)
+    table = open_table(path, store=store)
     if table is None:
         raise FileNotFoundError(f"no Delta table at {path}")
     adds = pa.table(table.get_add_actions(flatten=True))
@@ -71,16 +78,27 @@ def snapshot(path: str) -> Snapshot:
     return Snapshot(table.version(), adds.num_rows, int(size or 0))
 
 
-def open_table(path: str, version: int | None = None):
-    """The Delta table at ``path`` (at ``version``, its current one by default); None if none."""
+def open_table(path: str, version: int | None = None, store=None):
+    """The Delta table at ``path`` (at ``version``, its current one by default); None if none.
+    ``store``: the object store it is on (the config's ``object_store``; a filesystem path needs none)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        uri, options = delta_location(path)
+        uri, options = delta_location(path, store)
         return DeltaTable(uri, version=version, storage_options=options)
     except TableNotFoundError:
         return None
+
+
+def layer_table(config: Config, ds: Dataset, layer: str, version: int | None = None):
+    """The dataset's table of ``layer`` (speed, batch, quarantine, latest), None if none yet."""
+    return open_table(config.table_path(ds, layer), version, config.object_store)
+
+
+def system_table(config: Config, path: str, version: int | None = None):
+    """One of loglake's own tables (``config.system_table_path``), None if none yet."""
+    return open_table(path, version, config.object_store)
 
 
 def query(table, sql: str) -> list[dict]:
@@ -97,7 +115,7 @@ def landed_positions(config: Config, ds: Dataset, topic: str) -> dict[int, int]:
     landed: dict[int, int] = {}
     quoted = topic.replace("'", "''")
     for layer, where in (("speed", ""), ("quarantine", " AND \"_layer\" = 'speed'")):
-        table = open_table(config.table_path(ds, layer))
+        table = layer_table(config, ds, layer)
         if table is None:
             continue
         for row in query(table, f'SELECT "_partition" AS p, max("_offset") AS o FROM t '
@@ -112,7 +130,7 @@ def _count(table) -> int:
 
 def table_counts(config: Config, ds: Dataset) -> dict[str, int]:
     """Row count of each of the dataset's tables (0 for tables not created yet)."""
-    return {t.layer: _count(open_table(t.path)) for t in dataset_tables(config, ds)}
+    return {t.layer: _count(t.open()) for t in dataset_tables(config, ds)}
 
 
 def table_summary(config: Config, ds: Dataset) -> list[str]:
@@ -122,7 +140,7 @@ def table_summary(config: Config, ds: Dataset) -> list[str]:
         if ref.layer == "batch":
             continue
         layer, name, path = ref.layer, ref.name, ref.path
-        t = open_table(path)
+        t = ref.open()
         if t is None:
             lines.append(f"{name}: no table yet at {path}")
             continue
