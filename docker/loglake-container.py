@@ -101,7 +101,7 @@ def ensure_bucket(config) -> None:
         if not objectstore.is_remote(root):
             continue
         bucket, _ = objectstore.split(root)
-        s3 = objectstore.client(root)
+        s3 = objectstore.client(config.object_store, root)
         try:
             s3.head_bucket(Bucket=bucket)
         except ClientError:

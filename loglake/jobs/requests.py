@@ -56,10 +56,6 @@ class JobRequest:
     def with_summary_file(self, path: str | Path) -> "JobRequest":
         return replace(self, summary_file=str(path))
 
-    def describe(self) -> str:
-        """``batch orders run R`` (the shared application's list of running jobs)."""
-        return " ".join(filter(None, [self.job, self.dataset, f"run {self.run_id}" if self.run_id else ""]))
-
     # -- JSON, the one form a request travels in --------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"job": self.job}

@@ -193,3 +193,24 @@ def test_a_writer_that_lost_its_lease_commits_nothing_more_and_fails_naming_the_
         finally:
             taker.kill()
             taker.wait()
+
+
+def test_the_containers_init_makes_the_lakes_bucket_on_the_store(tmp_path, s3_gateway):
+    """docker/loglake-container.py's `init` makes the lake's bucket on a store that starts empty
+    (versitygw in the compose stack), with the config's own store settings."""
+    import importlib.util
+    import uuid
+
+    from loglake.core import paths
+    from loglake.testing.conf import NO_BROKER, make_config
+
+    script = paths.REPO_ROOT / "docker" / "loglake-container.py"
+    spec = importlib.util.spec_from_file_location("loglake_container", script)
+    container = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(container)
+    bucket = f"fresh-{uuid.uuid4().hex[:8]}"
+    store = s3_gateway.settings(s3_gateway.write_credentials_file(tmp_path / "s3-credentials"))
+    config = make_config(tmp_path / "c", NO_BROKER, lake={"root": f"s3a://{bucket}/lake", "object_store": store})
+    container.ensure_bucket(config)
+    container.ensure_bucket(config)  # there already: left as it is
+    assert objectstore.client(config.object_store, config.lake_root).head_bucket(Bucket=bucket)
