@@ -96,11 +96,6 @@ def layer_table(config: Config, ds: Dataset, layer: str, version: int | None = N
     return open_table(config.table_path(ds, layer), version, config.object_store)
 
 
-def system_table(config: Config, path: str, version: int | None = None):
-    """One of loglake's own tables (``config.system_table_path``), None if none yet."""
-    return open_table(path, version, config.object_store)
-
-
 def query(table, sql: str) -> list[dict]:
     """Run ``sql`` over ``table`` registered as ``t``; rows as dicts."""
     import pyarrow as pa
