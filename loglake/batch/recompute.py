@@ -31,7 +31,6 @@ from loglake.leases import appends_paused, check_lease
 from loglake.core.plans import Plan
 from loglake.ledger.ranges import batch_watermarks, fresh_from, ledger_rows, published_spans
 from loglake.tables import staging_path
-from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
 from loglake.lake import evolution
 from loglake.records import counting, validation
@@ -117,7 +116,6 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     """Recompute ``plan``'s ranges; what it wrote (records, quarantined, seconds)."""
     started = time.monotonic()
     run_id = run_id or f"manual-{uuid.uuid4().hex[:12]}"
-    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     ranges = [r for r in plan.ranges if r.size]
     if any(r.topic != ds.topic for r in ranges):
         raise OffsetError(f"plan ranges must be on {ds.topic}: {[str(r) for r in ranges]}", topic=ds.topic)

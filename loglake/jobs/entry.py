@@ -63,8 +63,10 @@ def as_failure(error: Exception) -> tuple[JobFailure, bool]:
 
 def execute(request: JobRequest, body: Callable[..., JobSummary], session, *, inherited: str | None = None,
             export: bool = True, cancel: threading.Event | None = None) -> JobSummary:
-    """Load the configuration, check the schema and, under the dataset's
-    lease for a writer, run ``body`` in the Spark session ``session(config, name)`` gives
+    """Load the configuration, resolve the dataset once (a registry format's fields, read from
+    its subject: ``body`` and the component functions it calls take it resolved), check the
+    schema and, under the dataset's lease for a writer, run ``body`` in the Spark session
+    ``session(config, name)`` gives
     (a context manager yielding ``(spark, start_seconds, shared)``). The summary says how
     long the session took to be ready (``start_seconds``) and whether it was the shared
     application's (``shared_application``). ``inherited``/``export``/``cancel``: ``locks.writer``'s

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 from dataclasses import KW_ONLY, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, get_args, get_type_hints
 
 from loglake.core.errors import ParamError
 from loglake.core.offsets import OffsetRange
 from loglake.core.plans import Plan
 
 FLAG = "--request"
-_FORMS = {"bool": (bool, "true or false"), "str": (str, "a string"), "str | None": (str, "a string")}
+# How a value of each JSON form is said in an error (a field of another type is checked by its class).
+_SAID = {bool: "true or false", str: "a string"}
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,12 @@ class JobRequest:
                 args["plan"] = Plan.from_json(args["plan"])
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ParamError("request.plan", f"not a plan (loglake.core.plans.Plan.to_json): {e}") from None
-        for name, f in known.items():
-            expected = _FORMS.get(f.type)  # the field's annotation, a string (postponed annotations)
-            if name in args and expected is not None and not isinstance(args[name], expected[0]):
-                raise ParamError(f"request.{name}", f"{expected[1]}, found {args[name]!r}")
+        for name, hint in get_type_hints(cls).items():
+            forms = tuple(t for t in (get_args(hint) or (hint,)) if t is not type(None))
+            value = args.get(name)
+            if name in known and value is not None and forms and not isinstance(value, forms):
+                said = " or ".join(_SAID.get(t, t.__name__) for t in forms)
+                raise ParamError(f"request.{name}", f"{said}, found {value!r}")
         try:
             return cls(**args)
         except TypeError as e:  # a required field missing

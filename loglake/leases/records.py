@@ -218,7 +218,12 @@ class DatasetLock:
             return False
         return now - self._seen[1] >= float(held.get("ttl", TTL_SECONDS))
 
-    def _read(self) -> tuple[dict | None, str | None]:
+    @property
+    def seen_version(self) -> str | None:
+        """The version of the holder's record this lock watches (``expired``), None when none."""
+        return self._seen[0] if self._seen else None
+
+    def read(self) -> tuple[dict | None, str | None]:
         """(the holder's record, or None when free or released; its version)."""
         held, version = self.slot.read()
         return (held if held and held.get("token") else None), version
@@ -227,7 +232,7 @@ class DatasetLock:
         """The holder, or None: free, released, or held by a process of this host that is gone.
         (Whether a holder elsewhere still renews takes a lease's life to see: until someone
         takes it, it is shown.)"""
-        held, _version = self._read()
+        held, _version = self.read()
         return None if held is None or gone(held) else held
 
     def try_acquire(self, operation: str, run_id: str | None = None,
@@ -236,7 +241,7 @@ class DatasetLock:
         (None, holder, False): someone else holds it (``expired`` not yet: call again with the
         same lock to go on watching it)."""
         while True:
-            held, version = self._read()
+            held, version = self.read()
             if held is not None and token and held.get("token") == token:
                 return token, None, True
             if held is not None and not self.expired(held, version):
@@ -256,7 +261,7 @@ class DatasetLock:
         """Extend the lease held under ``token`` (a new version: whoever watches it counts its life
         again); False when it is no longer ours (taken once expired, or released)."""
         while True:
-            held, version = self._read()
+            held, version = self.read()
             if held is None or held.get("token") != token:
                 return False
             now = wall_clock()
@@ -269,7 +274,7 @@ class DatasetLock:
 
     def release(self, token: str) -> None:
         while True:
-            held, version = self._read()
+            held, version = self.read()
             if held is None or held.get("token") != token or self.slot.swap(None, version):
                 return
             backoff()

@@ -100,7 +100,7 @@ def _take_stream_lease(lock: DatasetLock, dataset: str) -> str:
         token, held, _nested = lock.try_acquire("speed stream")
         if token is not None:
             return token
-        version = lock._seen[0] if lock._seen else None
+        version = lock.seen_version
         if first is None:
             first = version
         elif version != first:

@@ -138,7 +138,7 @@ def check_lease(what: str) -> None:
         try:
             if held.lock.renew(held.token):
                 return
-            taken, _version = held.lock._read()
+            taken, _version = held.lock.read()
             raise LeaseLostError(held.lock.dataset, held.operation, held.run_id, what, taken)
         except LeaseLostError:
             raise

@@ -31,7 +31,6 @@ from loglake.jobs.summaries import BatchSummary, RebuildSummary
 from loglake.leases import check_lease
 from loglake.ledger.snapshots import pin
 from loglake.lifecycle.rebuild import batch_plan, check_layer, from_watermark
-from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
 from loglake.jobs import entry
 from loglake.records import validation
@@ -105,7 +104,6 @@ REBUILD = {"batch": rebuild_batch, "speed": rebuild_speed, "latest": rebuild_lat
 
 def rebuild(spark: SparkSession, config: Config, ds: Dataset, layer: str, run_id: str) -> RebuildSummary:
     started = time.monotonic()
-    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     out = REBUILD[check_layer(ds, layer)](spark, config, ds, run_id)
     return replace(out, seconds=round(time.monotonic() - started, 3))
 

@@ -41,7 +41,6 @@ from loglake.jobs.summaries import ReplaySummary
 from loglake.leases import appends_paused, check_lease
 from loglake.core.plans import Plan
 from loglake.batch.planning import plan_batch
-from loglake.schemaregistry.resolve import resolve
 from loglake.serving.spark import serving_view
 from loglake.lake import delta_io
 from loglake.jobs import entry
@@ -162,7 +161,6 @@ def batch_plan(ds: Dataset, config: Config, checked: DataFrame | None) -> Plan |
 def replay(spark: SparkSession, config: Config, ds: Dataset, run_id: str, reason_code: str | None = None,
            dry_run: bool = False) -> ReplaySummary:
     started = time.monotonic()
-    ds = resolve(config, ds)  # a registry format: decoded with the subject's versions now
     speed = revalidated(spark, config, ds, "speed", reason_code)
     batch = revalidated(spark, config, ds, "batch", reason_code)
     plan = batch_plan(ds, config, batch)

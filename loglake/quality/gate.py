@@ -36,7 +36,6 @@ from loglake.leases import appends_paused, check_lease
 from loglake.core.plans import Plan
 from loglake.ledger.ranges import ledger_path, ledger_rows, published_spans, uncovered
 from loglake.tables import staging_path, staging_root
-from loglake.schemaregistry.resolve import resolve
 from loglake.lake import delta_io
 from loglake.records import validation
 from loglake.lake.delta_io import table_exists
@@ -273,6 +272,6 @@ def first_published(spark: SparkSession, config: Config, ds: Dataset, written: l
         else:
             again += [OffsetRange(ds.topic, w["partition"], s, e) for s, e in parts]
     if again:
-        validated = validation.validate(read_ranges(spark, config, again), resolve(config, ds))
+        validated = validation.validate(read_ranges(spark, config, again), ds)
         total += validated.where(F.col("_reason").isNull()).count()
     return total

@@ -255,10 +255,14 @@ class Follower:
     waited out like an outage, within the same ``registry.retry_seconds``, with one line saying
     so (in a CI run an Apicurio at the registry's URL answered so right after a restart, and the
     stream failed on it: ``tests/integration/test_registry_restart.py``); still not there then,
-    a ``ConfigError`` names the subject. For a subject never read the 404 is the answer, at once."""
+    a ``ConfigError`` names the subject. For a subject never read the 404 is the answer, at once.
 
-    def __init__(self, config: Config, ds: Dataset):
+    A version refused as the tables' schema is said once, when the follower first sees it
+    (``reader``: whose follower it is, in that line)."""
+
+    def __init__(self, config: Config, ds: Dataset, reader: str = "speed"):
         self.config, self.base = config, ds
+        self.reader = reader
         self.known: list[Version] = []
         self.ds: Dataset | None = None
 
@@ -278,7 +282,11 @@ class Follower:
             found.append(have[n])
         before = self.ds
         self.known, self.ds = found, resolve(self.config, self.base, found)
-        return self.ds, before is None or before.registry != self.ds.registry
+        changed = before is None or before.registry != self.ds.registry
+        if changed and self.ds.registry.refused:
+            print(f"loglake: {self.reader} {self.base.name}: {self.ds.registry.refused}; records written with it are "
+                  "quarantined as incompatible_schema", file=sys.stderr, flush=True)
+        return self.ds, changed
 
     def _numbers(self, subject: str) -> list[int]:
         """The subject's version numbers, one call waited out while the registry does not answer

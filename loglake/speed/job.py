@@ -26,7 +26,7 @@ from loglake.jobs.summaries import SpeedSummary
 from loglake.observe import exporter
 from loglake.speed.control import stream_files
 from loglake.jobs import entry
-from loglake.speed.position import check_gaps, is_data_loss
+from loglake.speed.position import check_gaps, is_data_loss, read_start
 from loglake.speed.stream import run_speed, stream_summary
 
 BLOCKED_POLL_SECONDS = 10.0
@@ -57,7 +57,7 @@ def run_job(spark: SparkSession, config: Config, ds: Dataset, request: SpeedRequ
             if not (isinstance(e, DataLossError) or is_data_loss(e)):
                 raise
             try:
-                gaps = check_gaps(spark, config, ds)
+                gaps = check_gaps(ds, read_start(spark, config, ds))
             except DataLossError as loss:
                 if request.available_now:
                     raise loss from None
@@ -82,7 +82,7 @@ def wait_until_accepted(spark: SparkSession, config: Config, ds: Dataset, loss: 
     try:
         while not stopping.wait(BLOCKED_POLL_SECONDS):
             try:
-                check_gaps(spark, config, ds)
+                check_gaps(ds, read_start(spark, config, ds))
                 return True
             except DataLossError:
                 continue

@@ -1,23 +1,61 @@
 """Where a speed stream reads from: after what the tables hold when its checkpoint is new,
 and never past offsets Kafka deleted before the stream read them, unless an operator
 accepted their loss.
+
+What that takes is read once, when the stream starts (``read_start``): the log's bounds, the
+batch ledger, the checkpoint's position and, without one, the offsets the tables landed. The
+checks and the starting offsets below are worked out from those values.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from loglake.core.config import Config, Dataset
 from loglake.core.errors import DataLossError
 from loglake.core.offsets import spark_offsets_json
-from loglake.kafka.admin import list_topics, log_bounds
-from loglake.ledger.ranges import batch_watermarks, compute_watermarks, ledger_rows
+from loglake.kafka.admin import dataset_bounds, log_bounds
+from loglake.ledger.ranges import compute_watermarks, ledger_rows
 from loglake.tables import landed_positions
-from loglake.speed.checkpoint import checkpoint_position
+from loglake.speed.checkpoint import checkpoint_position, has_offsets
 
 
-def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str,
-                   partitions: int | None = None) -> str:
+@dataclass(frozen=True)
+class Start:
+    """What a speed stream of ``topic`` starts from, read once (``read_start``)."""
+    topic: str
+    bounds: dict[int, tuple[int, int]]  # the log's (earliest, end) per partition
+    ledger: list[dict]                  # the batch ledger's rows (none for another topic than the dataset's)
+    fresh: bool                         # the checkpoint planned no micro-batch yet
+    held: dict[int, int] | None         # the checkpoint's position (``checkpoint_position``)
+    landed: dict[int, int] | None       # one past the highest offset the tables landed; read when fresh or held is None
+
+    @property
+    def earliest(self) -> dict[int, int]:
+        return {p: lo for p, (lo, _hi) in self.bounds.items()}
+
+    @property
+    def covered(self) -> dict[int, int]:
+        """Per partition, the batch watermark, accepted losses counted as covered."""
+        return compute_watermarks(self.ledger, self.earliest) if self.ledger else {}
+
+
+def read_start(spark: SparkSession, config: Config, ds: Dataset, topic: str | None = None) -> Start:
+    """Read what a stream of ``ds`` on ``topic`` (the dataset's own by default) starts from; the
+    dataset's own topic has its partition count checked (``dataset_bounds``)."""
+    topic = topic or ds.topic
+    own = topic == ds.topic
+    checkpoint = config.checkpoint_path(ds)
+    fresh = not has_offsets(spark, checkpoint)
+    held = checkpoint_position(spark, checkpoint, topic)
+    return Start(topic=topic, bounds=dataset_bounds(config, ds) if own else log_bounds(config, topic),
+                 ledger=ledger_rows(config, ds) if own else [], fresh=fresh, held=held,
+                 landed=landed_positions(config, ds, topic) if fresh or held is None else None)
+
+
+def resume_offsets(start: Start) -> str:
     """Starting offsets for a *new* checkpoint: after what the tables already hold.
 
     If the checkpoint was lost but the speed tables survive, starting from the earliest
@@ -27,19 +65,15 @@ def resume_offsets(spark: SparkSession, config: Config, ds: Dataset, topic: str,
     there (an accepted loss counts as covered: the stream resumes after it). Partitions
     with neither start at earliest.
     """
-    highest = landed_positions(config, ds, topic)
-    covered = batch_watermarks(config, ds) if topic == ds.topic else {}
+    highest, covered = start.landed or {}, start.covered
     if not highest and not covered:
         return "earliest"
-    if partitions is None:
-        partitions = list_topics(config).get(topic, 0)
-    starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(partitions)}
+    starts = {p: max(highest.get(p, -1), covered.get(p, -1)) for p in range(len(start.bounds))}
     # -2 means "earliest" in Spark's offsets JSON.
-    return spark_offsets_json(topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
+    return spark_offsets_json(start.topic, {p: s if s >= 0 else -2 for p, s in starts.items()})
 
 
-def speed_gaps(spark: SparkSession, config: Config, ds: Dataset,
-               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
+def speed_gaps(start: Start) -> list[tuple[int, int, int, bool]]:
     """``(partition, position, earliest, accepted)`` for each partition whose next offset to
     read is no longer in the log: Kafka deleted it before the speed layer read it.
     ``accepted``: an operator recorded the loss (``loglake accept-loss``).
@@ -49,13 +83,10 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset,
     tables landed (``resume_offsets``); never below the batch watermark. Not the consumer
     group's record: it follows the checkpoint asynchronously and may be missing or behind.
     """
-    earliest = {p: lo for p, (lo, _hi) in (bounds or log_bounds(config, ds.topic)).items()}
-    rows = ledger_rows(config, ds)
-    published = compute_watermarks([r for r in rows if r.get("state") != "lost"], earliest)
-    with_lost = compute_watermarks(rows, earliest)
-    positions = checkpoint_position(spark, config.checkpoint_path(ds), ds.topic)
-    if positions is None:
-        positions = landed_positions(config, ds, ds.topic)
+    earliest = start.earliest
+    published = compute_watermarks([r for r in start.ledger if r.get("state") != "lost"], earliest)
+    with_lost = start.covered
+    positions = start.held if start.held is not None else start.landed or {}
     out = []
     for p, pos in sorted(positions.items()):
         pos = max(pos, published.get(p, -1))
@@ -64,12 +95,11 @@ def speed_gaps(spark: SparkSession, config: Config, ds: Dataset,
     return out
 
 
-def check_gaps(spark: SparkSession, config: Config, ds: Dataset,
-               bounds: dict[int, tuple[int, int]] | None = None) -> list[tuple[int, int, int, bool]]:
+def check_gaps(ds: Dataset, start: Start) -> list[tuple[int, int, int, bool]]:
     """Refuse to read past offsets Kafka lost unless the loss was accepted. Returns the
     accepted gaps (``speed_gaps``'): any means a new checkpoint (Spark's would still point
-    into the gap). ``bounds``: ``log_bounds`` of the topic, if the caller just read them."""
-    gaps = speed_gaps(spark, config, ds, bounds)
+    into the gap)."""
+    gaps = speed_gaps(start)
     unaccepted = [g for g in gaps if not g[3]]
     if unaccepted:
         p, pos, lo, _ = unaccepted[0]

@@ -49,7 +49,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import StreamRunningError
 from loglake.core.offsets import parse_spark_offsets
 from loglake.jobs.summaries import SpeedSummary
-from loglake.kafka.admin import PositionCommitter, dataset_bounds
+from loglake.kafka.admin import PositionCommitter
 from loglake.leases import StreamLease, stream_lease
 from loglake.ledger.snapshots import speed_txn_app
 from loglake.observe import series
@@ -57,8 +57,8 @@ from loglake.schemaregistry.resolve import Follower
 from loglake.lake import delta_io, evolution
 from loglake.records import validation
 from loglake.records.kafka_source import source_options
-from loglake.speed.checkpoint import checkpoint_position, has_offsets, planned_span, set_aside
-from loglake.speed.position import check_gaps, resume_offsets
+from loglake.speed.checkpoint import planned_span, set_aside
+from loglake.speed.position import check_gaps, read_start, resume_offsets
 from loglake.speed.sizing import Sizing, size_micro_batches
 from loglake.speed.writer import process_batch
 
@@ -70,10 +70,9 @@ SMALL_BATCH_RECORDS = 10_000
 class _PositionRecorder(StreamingQueryListener):
     """After each committed batch: record the position in Kafka (from a thread of its own,
     so that a broker outage delays the record, never the stream) and keep a progress file."""
-    def __init__(self, config: Config, ds: Dataset, topic: str, progress_file: Path | None, sizing: Sizing):
-        self.config, self.ds, self.topic, self.progress_file = config, ds, topic, progress_file
+    def __init__(self, positions: PositionCommitter, progress_file: Path | None, sizing: Sizing):
+        self.positions, self.topic, self.progress_file = positions, positions.topic, progress_file
         self.query_id: str | None = None
-        self.positions = PositionCommitter(config, ds.consumer_group, topic)
         self.last_records: int | None = None  # records of the newest micro-batch reported
         self.sizing = sizing  # the micro-batch cap the stream started with
         # The listener's thread and the main thread (the final progress) both keep the file.
@@ -134,45 +133,40 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     the stream's (``run_speed``); without one every micro-batch asks Delta to check its transaction."""
     topic = topic or ds.topic
     checkpoint = config.checkpoint_path(ds)
-    # The log's bounds, read once for the checks, the starting offsets and the sizing below.
-    bounds = None
-    if topic == ds.topic:
-        bounds = dataset_bounds(config, ds)
-        if check_gaps(spark, config, ds, bounds) and has_offsets(spark, checkpoint):
-            set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+    # Where the stream starts, read once: the log's bounds (also the sizing's below), the ledger,
+    # the checkpoint's position and, without one, what the tables landed.
+    start = read_start(spark, config, ds, topic)
+    if topic == ds.topic and check_gaps(ds, start) and not start.fresh:
+        set_aside(spark, checkpoint)  # its position lies in the accepted gap: resume after it
+        start = read_start(spark, config, ds, topic)
     # A registry format's subject is followed while data flows: its fields read now, and again
     # before each micro-batch when the subject gained a version (loglake.schemaregistry.resolve).
     follower = Follower(config, ds) if ds.in_registry else None
     if follower is not None:
-        ds, _ = follower.current()
-        _say_refused(ds)
+        ds, _ = follower.current()  # a version refused as the tables' schema is said
     # The schema version in force (a new one recorded when the conf gained a field since) and
     # the stream's own tables evolved to it, before the first micro-batch.
     schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
     now = {"ds": ds, "schema_version": schema_version}
     speed = config.profile.speed
-    fresh = not has_offsets(spark, checkpoint)
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
     delta_io.create_if_missing(validation.empty_quarantine(spark), config.table_path(ds, "quarantine"), ds.stats_columns,
                                delta_io.APPENDED_BY_DELTA_RS, config.object_store)
     reader = spark.readStream.format("kafka").options(**source_options(config, topic))
-    reader = reader.option("startingOffsets", resume_offsets(spark, config, ds, topic, bounds and len(bounds))
-                           if fresh else "earliest")
+    reader = reader.option("startingOffsets", resume_offsets(start) if start.fresh else "earliest")
     # The records cap of a micro-batch, from the byte budget and the topic's record size now.
-    sizing = size_micro_batches(config, topic, bounds)
+    sizing = size_micro_batches(config, topic, start.bounds)
     print(f"loglake: speed {ds.name}: {sizing.describe()}", file=sys.stderr, flush=True)
     reader = reader.option("maxOffsetsPerTrigger", str(sizing.max_offsets))
     source = reader.load()
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
-    recorder = _PositionRecorder(config, ds, topic, progress_file, sizing)
-    if not fresh:
+    recorder = _PositionRecorder(PositionCommitter(config, ds.consumer_group, topic), progress_file, sizing)
+    if not start.fresh and start.held:
         # The position the checkpoint holds, recorded now: the last run may have stopped between
         # a commit and its record, and with nothing new in the log no progress would record it.
-        held = checkpoint_position(spark, checkpoint, topic)
-        if held:
-            recorder.positions.submit(held)
+        recorder.positions.submit(start.held)
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         first = "id" not in stream_id  # only a query's first micro-batch can replay one that landed
@@ -183,7 +177,6 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         if follower is not None:
             resolved, changed = follower.current()
             if changed:  # a new version of the subject: its fields taken (or refused) before this batch
-                _say_refused(resolved)
                 now["schema_version"] = evolution.prepare(spark, config, resolved, ("speed", "latest"))
                 now["ds"] = resolved
         # Small: the previous micro-batch was (the next one is much like it at a steady rate).
@@ -194,7 +187,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         # The first micro-batch may be one a previous run planned under another cap: its own
         # span, from the offset log, bounds it; the later ones are planned under this run's cap.
         most = sizing.max_offsets
-        if first and not fresh:
+        if first and not start.fresh:
             most = planned_span(spark, checkpoint, topic, batch_id) or most
         t0 = time.monotonic()
         wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
@@ -212,12 +205,6 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     query = writer.start()
     recorder.query_id = str(query.id)
     return query, recorder
-
-
-def _say_refused(ds: Dataset) -> None:
-    if ds.registry.refused:
-        print(f"loglake: speed {ds.name}: {ds.registry.refused}; records written with it are quarantined as "
-              "incompatible_schema", file=sys.stderr, flush=True)
 
 
 def batch_records(progress: dict, topic: str) -> int:

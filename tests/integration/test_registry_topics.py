@@ -207,7 +207,7 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason(spark, config):
     from loglake.lifecycle.replay_job import replay
 
     w.register(V4)
-    summary = replay(spark, config, ds, "replay-fixed")
+    summary = replay(spark, config, resolve(config, ds), "replay-fixed")
     assert summary.speed == {"valid": {"incompatible_schema": 5},
                              "invalid": {"no_magic_byte": 1, "unknown_schema_id": 1, "undecodable": 1}}
     speed = rows(spark, config.table_path(ds, "speed"))
@@ -480,7 +480,7 @@ def test_records_of_a_schema_not_yet_in_the_subject_are_replayed_once_it_is(spar
     assert {r["reason_code"] for r in q.collect()} == {"unknown_schema_id"} and q.count() == 5
 
     assert w.register(V2) == v2_id  # the same schema under the dataset's subject: the same id
-    summary = replay(spark, config, ds, "replay-test")
+    summary = replay(spark, config, resolve(config, ds), "replay-test")
     assert summary.speed == {"valid": {"unknown_schema_id": 5}, "invalid": {}}
     speed = rows(spark, config.table_path(ds, "speed"))
     assert speed.count() == 15 and speed.where("channel = 'web'").count() == 3
@@ -557,7 +557,7 @@ def test_a_json_schema_topic_evolving_lands_once_in_speed_and_batch_and_bad_reco
     from loglake.lifecycle.replay_job import replay
 
     w.registry.register_schema(ds.subject_name, Schema(json.dumps(SHIPMENT_V3), "JSON"))
-    summary = replay(spark, config, ds, "replay-fixed")
+    summary = replay(spark, config, resolve(config, ds), "replay-fixed")
     for layer in ("speed", "batch"):
         assert getattr(summary, layer) == {"valid": {"missing_field": 1},
                                            "invalid": {"no_magic_byte": 1, "undecodable": 2}}, layer

@@ -27,11 +27,12 @@ import json, sys, time
 from types import SimpleNamespace
 from loglake.core.config import load_config
 from loglake.speed.sizing import Sizing
+from loglake.kafka.admin import PositionCommitter
 from loglake.speed.stream import _PositionRecorder
 
 config = load_config(sys.argv[1], home=sys.argv[2])
 ds = config.dataset("job_views")
-recorder = _PositionRecorder(config, ds, ds.topic, None, Sizing(100))
+recorder = _PositionRecorder(PositionCommitter(config, ds.consumer_group, ds.topic), None, Sizing(100))
 n = 0
 while True:
     n += 1

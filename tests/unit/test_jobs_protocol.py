@@ -69,12 +69,15 @@ AS_JSON = json.loads(json.dumps(BatchRequest("job_views", PLAN, run_id="run-1").
     (lambda: JobRequest.from_dict({**AS_JSON, "run_id": 7}), "request.run_id"),
     (lambda: JobRequest.from_dict({"job": "replay", "dataset": "d", "run_id": "r", "dry_run": "yes"}),
      "request.dry_run"),
+    (lambda: JobRequest.from_dict({"job": "maintenance", "dataset": 5}), "request.dataset"),
+    (lambda: JobRequest.from_dict({"job": "speed", "dataset": "d", "available_now": 1}), "request.available_now"),
     (lambda: JobRequest.from_dict({**AS_JSON, "plan": "{not json"}), "request.plan"),
     (lambda: JobRequest.from_argv("batch", ["--dataset", "job_views"]), "arguments"),
     (lambda: JobRequest.from_argv("batch", ["--request", "{not json"]), "request"),
 ], ids=["unknown-job", "another-job", "not-an-object", "no-plan", "plan-missing", "plan-of-another-dataset",
         "no-dataset", "quality-without-run", "rebuild-bad-layer", "rebuild-without-run", "replay-without-run",
-        "unknown-option", "run-id-not-a-string", "dry-run-not-a-bool", "bad-plan", "old-arguments", "not-json"])
+        "unknown-option", "run-id-not-a-string", "dry-run-not-a-bool",
+        "dataset-not-a-string", "available-now-not-a-bool", "bad-plan", "old-arguments", "not-json"])
 def test_bad_requests_name_the_field(make, field):
     with pytest.raises(ParamError) as e:
         make()

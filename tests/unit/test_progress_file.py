@@ -9,6 +9,7 @@ import threading
 from loglake.core.config import load_config
 from loglake.speed.sizing import Sizing
 from loglake.testing import write_conf
+from loglake.kafka.admin import PositionCommitter
 from loglake.speed.stream import _PositionRecorder
 
 
@@ -17,7 +18,7 @@ def test_two_threads_keeping_the_progress_file_never_fail(tmp_path):
     ds = config.dataset("job_views")
     progress = tmp_path / "run" / "speed-job_views.progress.json"
     progress.parent.mkdir(parents=True)
-    recorder = _PositionRecorder(config, ds, ds.topic, progress, Sizing(100))
+    recorder = _PositionRecorder(PositionCommitter(config, ds.consumer_group, ds.topic), progress, Sizing(100))
     errors: list[BaseException] = []
 
     def keep(writer: str) -> None:
