@@ -113,8 +113,9 @@ def rows(spark, path: str):
 
 
 def publish_all(spark, config, ds):
+    """The batch and quality jobs as ``loglake.jobs.entry.execute`` runs them: the dataset resolved first."""
     plan = plan_batch(config, ds)
-    return recompute_and_publish(spark, config, ds, plan, run_id=f"test-{plan.ranges[0].end}")
+    return recompute_and_publish(spark, config, resolve(config, ds), plan, run_id=f"test-{plan.ranges[0].end}")
 
 
 def test_an_avro_topic_evolving_mid_stream_lands_once_in_speed_and_batch_and_they_agree(spark, config):
