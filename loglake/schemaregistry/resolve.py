@@ -257,14 +257,21 @@ class Follower:
     stream failed on it: ``tests/integration/test_registry_restart.py``); still not there then,
     a ``ConfigError`` names the subject. For a subject never read the 404 is the answer, at once.
 
-    A version refused as the tables' schema is said once, when the follower first sees it
-    (``reader``: whose follower it is, in that line)."""
+    A dataset resolved already (a job's, by ``loglake.jobs.entry.execute``) is followed from
+    there: the versions it was resolved with are not read again. A version refused as the
+    tables' schema is said once, when the follower first sees it (``reader``: whose follower
+    it is, in that line)."""
 
     def __init__(self, config: Config, ds: Dataset, reader: str = "speed"):
         self.config, self.base = config, ds
         self.reader = reader
         self.known: list[Version] = []
         self.ds: Dataset | None = None
+        if ds.registry is not None:
+            self.known = [Version(version=w.version, id=w.id, schema_type=schema_type(ds), schema_str=w.schema_str)
+                          for w in ds.registry.writers]
+            self.ds = ds
+            self._say_refused()
 
     def current(self) -> tuple[Dataset, bool]:
         """(the dataset resolved, whether that changed since the last call)."""
@@ -283,10 +290,14 @@ class Follower:
         before = self.ds
         self.known, self.ds = found, resolve(self.config, self.base, found)
         changed = before is None or before.registry != self.ds.registry
-        if changed and self.ds.registry.refused:
+        if changed:
+            self._say_refused()
+        return self.ds, changed
+
+    def _say_refused(self) -> None:
+        if self.ds.registry.refused:
             print(f"loglake: {self.reader} {self.base.name}: {self.ds.registry.refused}; records written with it are "
                   "quarantined as incompatible_schema", file=sys.stderr, flush=True)
-        return self.ds, changed
 
     def _numbers(self, subject: str) -> list[int]:
         """The subject's version numbers, one call waited out while the registry does not answer

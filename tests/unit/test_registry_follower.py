@@ -29,7 +29,7 @@ class Scripted:
     raise), the last answer repeated; ``get_version`` from the schemas registered."""
 
     def __init__(self, script, schemas=(V1, V2)):
-        self.script, self.schemas, self.asked = list(script), schemas, 0
+        self.script, self.schemas, self.asked, self.read = list(script), schemas, 0, 0
 
     def get_versions(self, subject):
         self.asked += 1
@@ -39,6 +39,7 @@ class Scripted:
         return answer
 
     def get_version(self, subject, n):
+        self.read += 1
         return SimpleNamespace(version=n, schema_id=100 + n,
                                schema=SimpleNamespace(schema_type="JSON", schema_str=json.dumps(self.schemas[n - 1])))
 
@@ -104,3 +105,19 @@ def test_a_subject_never_read_gets_the_404_at_once(follow):
     with pytest.raises(SchemaRegistryError) as e:
         follower.current()
     assert e.value.http_status_code == 404 and client.asked == 1 and time.monotonic() - t0 < 1
+
+
+def test_a_dataset_resolved_at_the_jobs_start_is_followed_from_there(follow):
+    """The speed job's dataset comes resolved (``loglake.jobs.entry.execute``): its stream's
+    follower asks only for the version numbers, and reads no version again while they stay."""
+    client = Scripted([[1, 2]])
+    resolved, _ = follow(client).current()  # as the job's start resolves it
+    asked, read = client.asked, client.read
+    assert read == 2 and resolved.registry.version == 2
+    seeded = Follower(follow(client).config, resolved)
+    assert seeded.current() == (resolved, False)
+    assert (client.asked, client.read) == (asked + 1, read)
+    client.script = [[1, 2, 3]]
+    client.schemas = (V1, V2, {**V2, "properties": {**V2["properties"], "note": {"type": ["null", "string"]}}})
+    now, changed = seeded.current()  # a new version: only it is read
+    assert changed and now.registry.version == 3 and client.read == read + 1
