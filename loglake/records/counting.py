@@ -22,6 +22,10 @@ from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import read_records
 from loglake.records.validation import quarantine_rows, validate
 
+# A pass notes quarantined offsets one by one (for a second pass that parses only them)
+# while its range holds at most this many offsets; beyond, it notes one window per
+# partition (lowest..highest bad offset), so the driver's memory stays bounded whatever
+# the bad fraction: 10 M malformed records in a row are two numbers, not a 10 M list.
 EXACT_BAD_LIMIT = 1_000_000
 
 # The quarantined records of a pass ride to the driver in its observation while they are at

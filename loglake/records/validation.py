@@ -23,6 +23,7 @@ from loglake.records.decode import reason as _reason
 
 PROVENANCE = contracts.PROVENANCE.names
 
+
 def _type_ok(t: Column, field_type: str) -> Column:
     """Whether the VARIANT type name ``t`` of a JSON token fits the declared type."""
     if field_type in ("string", "timestamp"):
@@ -213,10 +214,6 @@ def _keep(key: tuple, projections: tuple[list, list, list]) -> tuple[list, list,
     return projections
 
 
-# A pass notes quarantined offsets one by one (for a second pass that parses only them)
-# while its range holds at most this many offsets; beyond, it notes one window per
-# partition (lowest..highest bad offset), so the driver's memory stays bounded whatever
-# the bad fraction: 10 M malformed records in a row are two numbers, not a 10 M list.
 def valid_rows(validated: DataFrame, ds: Dataset) -> DataFrame:
     """The rows that passed, as the transform sees them (``loglake.core.contracts.valid_rows``):
     fields, ``_deleted`` for a changelog, then provenance."""
