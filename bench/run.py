@@ -34,6 +34,7 @@ from loglake.testing.machine import stack_line
 MODULES = {
     "bench.speed": ["P1", "P2", "P10", "S"],
     "bench.formats": ["F1"],
+    "bench.microbatch": ["P11"],
     "bench.freshness": ["P3"],
     "bench.batch": ["P4"],
     "bench.compaction": ["P6"],
@@ -47,7 +48,7 @@ MODULES = {
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated metric ids (P1..P10, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
+    ap.add_argument("--only", help="comma-separated metric ids (P1..P11, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (median reported)")
     ap.add_argument("--quick", action="store_true", help="small data, to try the program out (not comparable)")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"), help="results directory")
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.upper().split(",")) if args.only else None
     unknown = (wanted or set()) - {m for ms in MODULES.values() for m in ms}
     if unknown:
-        ap.error(f"--only: unknown metric(s) {sorted(unknown)}; expected some of P1..P9, S, F1, C1..C3")
+        ap.error(f"--only: unknown metric(s) {sorted(unknown)}; expected some of P1..P11, S, F1, C1..C3")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     date = dt.date.today().isoformat()

@@ -237,13 +237,20 @@ def append_idempotent(df: DataFrame, path: str, app_id: str, version: int, metad
     retry_conflicts(lambda: writer.save(path), f"append batch {version} of {app_id} to {path}")
 
 
+# The tables delta-rs refused to append to in this process (said once): Spark appends to them.
+_NOT_BY_DELTA_RS: set[str] = set()
+
+
 def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | None = None, *,
                  checked: bool = True, store=None) -> bool:
     """``append_idempotent`` for a few rows the driver holds (a pyarrow Table of the table's
     columns): the same commit — its ``userMetadata``, its SetTransaction (app_id, version) —
     made by delta-rs, with no Spark job (for a few rows, a fraction of a Spark commit's cost:
-    bench/results). False when there is no table at ``path`` yet: the caller appends with Spark,
-    which creates it.
+    bench/results). False when delta-rs writes nothing: there is no table at ``path`` yet, or
+    the table is one delta-rs does not write (a writer feature it lacks, another tool's) or the
+    rows do not fit its schema as they are (said on stderr): the caller appends with Spark,
+    which creates the table, or takes the rows by its own rules. The rows never change the
+    table's schema (``schema_mode`` unset): a column a table lacks is Spark's to refuse.
 
     ``checked``: skipped when (app_id, version) already landed, as Spark's check does: the
     version is read from the snapshot the commit is made on (delta-rs writes on the table
@@ -252,8 +259,10 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
     snapshot fails this one ("Concurrent transaction failed"); read again, it is skipped. (Read
     from one snapshot and committed on a newer one, a batch another stream committed in between
     would land twice.)"""
+    if path in _NOT_BY_DELTA_RS:
+        return False
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake  # deferred: the speed layer only
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMismatchError, TableNotFoundError
 
     uri, options = delta_location(path, store)
     props = CommitProperties(custom_metadata={"userMetadata": json.dumps(stream_metadata(app_id, version, metadata),
@@ -266,7 +275,7 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
             landed = table.transaction_version(app_id)
             if landed is not None and landed >= version:
                 return
-        write_deltalake(table, rows, mode="append", schema_mode="merge", commit_properties=props)
+        write_deltalake(table, rows, mode="append", commit_properties=props)
 
     try:
         attempts_made(commit, attempts=RETRY_ATTEMPTS, base_delay=0.1, max_delay=2.0, only=(CommitFailedError,),
@@ -274,6 +283,11 @@ def append_arrow(rows, path: str, app_id: str, version: int, metadata: dict | No
                           f"loglake: append batch {version} of {app_id} to {path}: {e} (attempt {attempt}/"
                           f"{RETRY_ATTEMPTS}); retrying in {delay:.1f}s", file=sys.stderr, flush=True))
     except TableNotFoundError:
+        return False
+    except (DeltaProtocolError, SchemaMismatchError) as e:
+        _NOT_BY_DELTA_RS.add(path)
+        print(f"loglake: {path}: delta-rs does not append to it ({e}); Spark does, from batch {version} of "
+              f"{app_id} on", file=sys.stderr, flush=True)
         return False
     return True
 

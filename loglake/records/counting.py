@@ -63,6 +63,26 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
     ``bad_min_<p>`` and ``bad_max_<p>`` (not ``exact``: bounded). With ``fresh_from`` (an
     offset or None per range), ``fresh_<i>``: range ``i``'s valid records from that offset on.
     """
+    obs = Observation("loglake_counts")
+    return validated.observe(obs, *_metrics(tuple(ranges), tuple(partitions), exact, tuple(fresh_from))), obs
+
+
+_METRICS: dict = {}
+
+
+def _metrics(ranges: tuple, partitions: tuple, exact: bool, fresh_from: tuple) -> list[Column]:
+    """``counted``'s aggregates, built once per shape and Spark context (a speed stream's are the
+    same every micro-batch; building them is tens of Py4J calls)."""
+    sc = SparkContext._active_spark_context
+    key = (ranges, partitions, exact, fresh_from, sc.applicationId, sc.startTime)
+    if key not in _METRICS:
+        if len(_METRICS) > 32:  # bounded: every batch run has ranges of its own
+            _METRICS.clear()
+        _METRICS[key] = _build_metrics(ranges, partitions, exact, fresh_from)
+    return _METRICS[key]
+
+
+def _build_metrics(ranges: tuple, partitions: tuple, exact: bool, fresh_from: tuple) -> list[Column]:
     bad = F.col("_reason").isNotNull()
     metrics = [F.count_if(~bad).alias("records"), F.count_if(bad).alias("quarantined"),
                _carry(bad).alias("carried"), F.collect_set(F.col("_reason.code")).alias("codes")]
@@ -80,8 +100,7 @@ def counted(validated: DataFrame, ranges: Sequence[OffsetRange] = (), *, partiti
         metrics += [F.count_if(here & ~bad).alias(f"records_{i}"), F.count_if(here & bad).alias(f"quarantined_{i}")]
         if i < len(fresh_from) and fresh_from[i] is not None:
             metrics.append(F.count_if(here & ~bad & (F.col("_offset") >= fresh_from[i])).alias(f"fresh_{i}"))
-    obs = Observation("loglake_counts")
-    return validated.observe(obs, *metrics), obs
+    return metrics
 
 
 # The quarantined records of a pass are read again by the driver (a Kafka client, no Spark

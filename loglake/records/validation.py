@@ -228,6 +228,11 @@ def quarantine_rows(validated: DataFrame, layer: str) -> DataFrame:
         *(made.get(c, c) for c in contracts.QUARANTINE.names))
 
 
+def valid_frame(raw: DataFrame, ds: Dataset) -> DataFrame:
+    """What the dataset's tables hold of ``raw`` (Kafka source rows): its valid rows, transformed."""
+    return apply_transform(valid_rows(validate(raw, ds), ds), ds)
+
+
 def empty_quarantine(spark) -> DataFrame:
     """No rows, the quarantine table's schema (to create the table before its first row)."""
     return spark.createDataFrame([], contracts.QUARANTINE.ddl)

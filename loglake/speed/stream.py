@@ -63,7 +63,8 @@ from loglake.speed.sizing import Sizing, size_micro_batches
 from loglake.speed.writer import process_batch
 
 
-# A micro-batch of at most this many records is coalesced to the cores (``process_batch``).
+# A micro-batch of at most this many records is coalesced to the cores and, for an events dataset,
+# its valid rows are collected to the driver and appended by delta-rs (``loglake.speed.writer``).
 SMALL_BATCH_RECORDS = 10_000
 
 
@@ -73,7 +74,6 @@ class _PositionRecorder(StreamingQueryListener):
     def __init__(self, positions: PositionCommitter, progress_file: Path | None, sizing: Sizing):
         self.positions, self.topic, self.progress_file = positions, positions.topic, progress_file
         self.query_id: str | None = None
-        self.last_records: int | None = None  # records of the newest micro-batch reported
         self.sizing = sizing  # the micro-batch cap the stream started with
         # The listener's thread and the main thread (the final progress) both keep the file.
         self._file_lock = threading.Lock()
@@ -82,7 +82,6 @@ class _PositionRecorder(StreamingQueryListener):
         progress = json.loads(progress_json)
         if self.query_id is not None and progress.get("id") != self.query_id:
             return
-        self.last_records = batch_records(progress, self.topic)
         for source in progress.get("sources", []):
             ends = parse_spark_offsets(source.get("endOffset") or "{}").get(self.topic)
             if ends:
@@ -147,7 +146,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     # The schema version in force (a new one recorded when the conf gained a field since) and
     # the stream's own tables evolved to it, before the first micro-batch.
     schema_version = evolution.prepare(spark, config, ds, ("speed", "latest"))
-    now = {"ds": ds, "schema_version": schema_version}
+    now = {"ds": ds, "schema_version": schema_version, "last": None}  # last: the previous micro-batch's records
     speed = config.profile.speed
     # Quarantine rows are appended only by batches that have some: the table exists from
     # the start all the same, for queries, the audit and the status page.
@@ -160,6 +159,12 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
     print(f"loglake: speed {ds.name}: {sizing.describe()}", file=sys.stderr, flush=True)
     reader = reader.option("maxOffsetsPerTrigger", str(sizing.max_offsets))
     source = reader.load()
+    if ds.kind == "events":
+        # A small micro-batch's valid rows are appended by delta-rs (loglake.speed.writer): the
+        # speed table is made now, as for the quarantine, with Spark's checkpoint interval.
+        empty = validation.valid_frame(spark.createDataFrame([], source.schema), ds)
+        delta_io.create_if_missing(empty, config.table_path(ds, "speed"), ds.stats_columns,
+                                   delta_io.APPENDED_BY_DELTA_RS, config.object_store)
 
     stream_id: dict[str, str] = {}  # the checkpoint's own id, read at the query's first micro-batch
     recorder = _PositionRecorder(PositionCommitter(config, ds.consumer_group, topic), progress_file, sizing)
@@ -179,8 +184,6 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             if changed:  # a new version of the subject: its fields taken (or refused) before this batch
                 now["schema_version"] = evolution.prepare(spark, config, resolved, ("speed", "latest"))
                 now["ds"] = resolved
-        # Small: the previous micro-batch was (the next one is much like it at a steady rate).
-        small = recorder.last_records is not None and recorder.last_records <= SMALL_BATCH_RECORDS
         # Unchecked only under a lease no second stream can take while this one lives: a filesystem's
         # flock (leases.StreamLease.checked).
         unchecked = lease is not None and not lease.checked
@@ -189,10 +192,14 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         most = sizing.max_offsets
         if first and not start.fresh:
             most = planned_span(spark, checkpoint, topic, batch_id) or most
+        # Small: it cannot be larger (the cap), or the previous micro-batch was (the next one is
+        # much like it at a steady rate).
+        small = most <= SMALL_BATCH_RECORDS or (now["last"] is not None and now["last"] <= SMALL_BATCH_RECORDS)
         t0 = time.monotonic()
         wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
                               now["schema_version"], topic, replay_possible=first or not unchecked, small=small,
                               max_offsets=most, lease=lease)
+        now["last"] = None if wrote is None else wrote["records"] + sum((wrote["quarantined"] or {}).values())
         if wrote is not None and topic == ds.topic:  # the metrics' series (loglake.observe.series)
             series.record(config, ds.name, "micro_batch", batch=batch_id, seconds=round(time.monotonic() - t0, 3),
                           **wrote)

@@ -25,7 +25,10 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     Events: one pass reads the batch, validates it and appends the valid rows while
     counting the quarantined ones and carrying them to the driver while they are few
     (``counting.counted``); those are then appended to quarantine by delta-rs (a Spark commit
-    costs a few hundred milliseconds more). Only beyond that bound does a
+    costs a few hundred milliseconds more). A ``small`` micro-batch's valid rows go the same
+    way: the pass collects them to the driver (``collected``) and delta-rs appends them, with
+    the same transaction id and metadata as Spark's commit (the driver's side of a Spark Delta
+    commit was most of a small micro-batch's time: bench/results). Only beyond that bound does a
     second pass (which re-reads the batch but validates only the quarantined offsets the
     first one noted) append them. No cache: a micro-batch never sits in memory twice. Changelogs
     use the valid rows twice (append, MERGE), so they cache them. A batch replayed after
@@ -78,8 +81,12 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             cap = max_offsets if max_offsets is not None else config.profile.speed.max_offsets_per_trigger
             exact = cap <= counting.EXACT_BAD_LIMIT
             observed, observation = counting.counted(validated, partitions=range(ds.partitions), exact=exact)
-            delta_io.append_idempotent(validation.apply_transform(validation.valid_rows(observed, ds), ds), speed_path,
-                                       app_id, batch_id, meta, ds.stats_columns, checked=checked)
+            valid = validation.apply_transform(validation.valid_rows(observed, ds), ds)
+            rows = collected(valid) if small and ds.kind == "events" else None
+            if rows is None or not delta_io.append_arrow(rows, speed_path, app_id, batch_id, meta, checked=checked,
+                                                         store=store):
+                delta_io.append_idempotent(valid, speed_path, app_id, batch_id, meta, ds.stats_columns,
+                                           checked=checked)
             counts = observation.get
             wrote = {"records": counts["records"], "quarantined": {}}
             if counts["quarantined"]:
@@ -103,3 +110,15 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
         if ds.kind == "changelog":
             validated.unpersist()
     return wrote
+
+
+def collected(valid: DataFrame):
+    """A small micro-batch's valid rows in the driver, as a pyarrow Table (the one Spark job of
+    the micro-batch: it reads, validates and counts); None when they are more than the driver
+    takes back (``spark.driver.maxResultSize``): the rows are then written by Spark."""
+    try:
+        return valid.toArrow()
+    except Exception as e:  # noqa: BLE001 — only the driver's result bound is ours to handle
+        if "maxResultSize" not in str(e):
+            raise
+        return None

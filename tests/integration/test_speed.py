@@ -121,6 +121,42 @@ def test_the_quarantine_rows_delta_rs_appends_equal_those_the_batch_layer_writes
     assert len(new) == 1 and version + 11 - new[0] < 10, new  # one in 11 versions (delta-rs: at a 10th commit)
 
 
+def test_the_speed_rows_delta_rs_appends_equal_those_the_batch_layer_writes_with_spark(spark, make_config):
+    """A small micro-batch (the previous one was) is collected to the driver and appended by
+    delta-rs (``speed.writer.collected``, ``delta_io.append_arrow``); a recompute writes the same
+    records to the batch table with Spark. Every offset lands once, the rows are the same, column
+    by column (timestamps included), the table's schema is Spark's as it made it, and Spark reads
+    delta-rs' commits with the stream's batch ids."""
+    from deltalake import DeltaTable
+
+    from loglake.batch.planning import plan_batch
+    from loglake.batch.recompute import run_batch
+    from loglake.lake.delta_io import APPENDED_BY_DELTA_RS
+    from loglake.ledger.snapshots import STREAM_KEY
+
+    config = make_config(speed={"max_offsets_per_trigger": 100})
+    ds = config.dataset("job_views")
+    res = produce(config, ds, 900, bad_fraction=0.05, seed=21)
+    speed_path = config.table_path(ds, "speed")
+    run_speed(spark, config, ds, available_now=True)
+    assert_exactly_once(spark, config, ds, res.good, res.bad)
+    table = DeltaTable(speed_path)
+    assert table.metadata().configuration.items() >= APPENDED_BY_DELTA_RS.items()
+    batches = [json.loads(c["userMetadata"]) for c in table.history() if STREAM_KEY in c.get("userMetadata", "")]
+    engines = [c.get("engineInfo", "") for c in table.history() if STREAM_KEY in c.get("userMetadata", "")]
+    assert len(batches) >= 9, batches  # micro-batches of at most 100 of 900 records
+    assert all(e.startswith("delta-rs") for e in engines), engines  # a cap of 100: every micro-batch small
+
+    run_batch(spark, config, ds, plan_batch(config, ds), "batch")
+    speed, batch = read(spark, config, ds, "speed"), read(spark, config, ds, "batch")
+    assert speed.schema == batch.schema
+
+    def rows(df):
+        return sorted(r[0] for r in df.select(F.to_json(F.struct(*sorted(df.columns)))).collect())
+
+    assert rows(speed) == rows(batch) and len(rows(speed)) == res.good
+
+
 def test_rerun_with_nothing_new_changes_nothing(spark, make_config):
     config = make_config()
     ds = config.dataset("job_views")
@@ -166,18 +202,25 @@ def test_changelog_latest_state_equals_last_value_per_key(spark, make_config):
     assert_exactly_once(spark, config, ds, first.good + second.good, first.bad + second.bad)
 
 
-@pytest.mark.parametrize("dataset", ["job_views", "company_ceos"])
-def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_check_it(spark, make_config, dataset):
-    # A micro-batch after its query's first is appended without Delta's transaction check (its
-    # cost: a state reconstruction per commit). A crash after its commits and before Spark
-    # recorded it in the checkpoint's commit log replays it as the next query's first: that one
-    # asks the tables whether it landed (their commits' metadata) and lands nothing twice.
+@pytest.mark.parametrize("dataset, writer", [("job_views", "spark"), ("job_views", "delta-rs"),
+                                             ("company_ceos", "spark")])
+def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_check_it(spark, make_config, dataset,
+                                                                                       writer, monkeypatch):
+    # A micro-batch after its query's first is appended without Delta's transaction check (with
+    # Spark, its cost is a state reconstruction per commit; delta-rs records the transaction of
+    # every small micro-batch it appends, from the snapshot it commits on, and checks none). A
+    # crash after its commits and before Spark recorded it in the checkpoint's commit log replays
+    # it as the next query's first: that one asks the tables whether it landed (their commits'
+    # metadata) and lands nothing twice.
     import json
     from pathlib import Path
 
     from loglake.ledger.snapshots import BATCH_KEY
+    from loglake.speed import stream
     from loglake.tables import open_table
 
+    if writer == "spark":  # no micro-batch is small: Spark appends every one
+        monkeypatch.setattr(stream, "SMALL_BATCH_RECORDS", 0)
     config = make_config(speed={"max_offsets_per_trigger": 60})
     ds = config.dataset(dataset)
     res = produce(config, ds, 300, bad_fraction=0.1, seed=31, progress=False)
@@ -186,9 +229,15 @@ def test_a_micro_batch_replayed_after_a_crash_lands_once_though_delta_did_not_ch
     assert newest >= 2  # several micro-batches: the last one was not its query's first
     speed = open_table(config.table_path(ds, "speed"))
     by_batch = {json.loads(h["userMetadata"]).get(BATCH_KEY) for h in speed.history() if h.get("userMetadata")}
-    assert newest in by_batch and speed.transaction_version(
-        f"loglake-speed-{ds.name}-{json.loads((Path(config.checkpoint_path(ds)) / 'metadata').read_text())['id']}"
-    ) < newest  # Delta's own record stopped at the query's first micro-batch
+    recorded = speed.transaction_version(
+        f"loglake-speed-{ds.name}-{json.loads((Path(config.checkpoint_path(ds)) / 'metadata').read_text())['id']}")
+    engines = {h.get("engineInfo", "").split("/")[0].split(":")[0] for h in speed.history()
+               if BATCH_KEY in h.get("userMetadata", "")}
+    assert newest in by_batch
+    if writer == "spark":  # Delta's own record stopped at the query's first micro-batch
+        assert recorded < newest and engines == {"Apache-Spark"}, engines
+    else:
+        assert recorded == newest and engines == {"delta-rs"}, engines
     crash_before_done(config, ds, newest)
     version = speed.version()
     run_speed(spark, config, ds, available_now=True)
