@@ -71,10 +71,10 @@ _METRICS: dict = {}
 
 
 def _metrics(ranges: tuple, partitions: tuple, exact: bool, fresh_from: tuple) -> list[Column]:
-    """``counted``'s aggregates, built once per shape and Spark context (a speed stream's are the
-    same every micro-batch; building them is tens of Py4J calls)."""
+    """``counted``'s aggregates, built once per shape, carry bounds and Spark context (a speed
+    stream's are the same every micro-batch; building them is tens of Py4J calls)."""
     sc = SparkContext._active_spark_context
-    key = (ranges, partitions, exact, fresh_from, sc.applicationId, sc.startTime)
+    key = (ranges, partitions, exact, fresh_from, CARRY_ROWS, CARRY_BYTES, sc.applicationId, sc.startTime)
     if key not in _METRICS:
         if len(_METRICS) > 32:  # bounded: every batch run has ranges of its own
             _METRICS.clear()
