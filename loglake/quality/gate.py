@@ -34,7 +34,7 @@ from loglake.jobs.protocol import Phases
 from loglake.jobs.summaries import FailedExpectation, QualitySummary
 from loglake.leases import appends_paused, check_lease
 from loglake.core.plans import Plan
-from loglake.ledger.ranges import ledger_path, ledger_rows, published_spans, uncovered
+from loglake.ledger.ranges import ledger_rows, published_spans, uncovered
 from loglake.tables import staging_path, staging_root
 from loglake.lake import delta_io
 from loglake.records import validation
@@ -134,15 +134,13 @@ def _outcome(e: Expectation, r) -> dict:
 def _written(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> list[dict]:
     """The ledger's *written* rows of this run for the plan's ranges, one per range (a
     partition may have several ranges)."""
-    path = ledger_path(config)
-    rows = [] if not table_exists(spark, path) else spark.read.format("delta").load(path).where(
-        (F.col("dataset") == ds.name) & (F.col("run_id") == run_id) & (F.col("state") == "written")).collect()
+    rows = [r for r in ledger_rows(config, ds) if r["run_id"] == run_id and r["state"] == "written"]
     by_range = {(r["partition"], r["start"], r["end"]): r for r in rows}
     missing = [str(r) for r in plan.ranges if r.size and (r.partition, r.start, r.end) not in by_range]
     if missing:
         raise OffsetError(f"run {run_id} did not write {', '.join(missing)} (run the batch job for this plan "
                           "first; the quality gate validates what it wrote)", topic=ds.topic)
-    return [by_range[(r.partition, r.start, r.end)].asDict() for r in plan.ranges if r.size]
+    return [by_range[(r.partition, r.start, r.end)] for r in plan.ranges if r.size]
 
 
 def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, run_id: str) -> QualitySummary:
