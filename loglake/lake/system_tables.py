@@ -24,7 +24,7 @@ from loglake.leases import check_lease
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.ledger.ranges import ledger_rows
 from loglake.tables import open_table, query
-from loglake.lake.delta_io import RETRY_ATTEMPTS, retry_conflicts
+from loglake.lake.delta_io import APPENDED_BY_DELTA_RS, RETRY_ATTEMPTS, retry_conflicts
 
 
 def append(spark: SparkSession, config: Config, table: SystemTable, rows: list[dict], *,
@@ -85,8 +85,15 @@ def _append_by_delta_rs(config: Config, table: SystemTable, path: str, data: lis
             landed = target.transaction_version(txn[0])
             if landed is not None and landed >= txn[1]:
                 return
+        if target is not None and any(target.metadata().configuration.get(k) != v
+                                      for k, v in APPENDED_BY_DELTA_RS.items()):
+            # A table Spark made: its checkpoints every 10th version as Spark wrote them
+            # (delta-rs' default is every 100th: each reader replays up to 100 JSON commits).
+            target.alter.set_table_properties(APPENDED_BY_DELTA_RS)
+            target = DeltaTable(uri, storage_options=options)
         # merge: a table an older loglake made gains the columns the contract added since.
         write_deltalake(uri if target is None else target, arrow, mode="append", schema_mode="merge",
+                        configuration=APPENDED_BY_DELTA_RS if target is None else None,
                         storage_options=options if target is None else None, commit_properties=props)
 
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from loglake.core.contracts import LEDGER
 from loglake.core.errors import DataLossError
 from loglake.kafka.admin import admin, dataset_state, ensure_topic, log_bounds
 from loglake.jobs.launch import job_env, spark_submit
@@ -263,3 +264,28 @@ def test_changelog_rebuild_equals_last_value_per_key(spark, make_config):
     assert view == {k: v["ceo"] for k, v in expected.items() if v is not None}
     # Every run recomputes the whole log; each publishes as new only what none published before.
     assert recompute_and_publish(spark, config, ds, plan_batch(config, ds), "next").quality.published_records == third.good
+
+
+def test_a_ledger_spark_made_is_appended_to_by_delta_rs_and_read_back_by_spark(spark, make_config):
+    """A ledger an older loglake made (Spark created and appended it): the batch and quality
+    jobs append to it with delta-rs now (``loglake.lake.system_tables``). Spark reads every
+    row, the old one untouched; the watermark moves."""
+    config = make_config()
+    ds = config.dataset("job_views")
+    path = config.system_table_path(LEDGER)
+    old = (ds.name, "an-old-topic", 0, 0, 5, 5, 0, "old-run", "published", datetime.now(timezone.utc)) + (None,) * 7
+    spark.createDataFrame([old], LEDGER.contract.ddl).write.format("delta").save(path)
+    res = produce(config, ds, 200, bad_fraction=0.05, seed=71)
+    plan = plan_batch(config, ds)
+    assert recompute_and_publish(spark, config, ds, plan, "after-spark").quality.published_records == res.good
+    ledger = spark.read.format("delta").load(path)
+    rows = ledger.where(F.col("run_id") == "after-spark").collect()
+    assert sorted((r["state"], r["partition"]) for r in rows) == sorted(
+        (state, r.partition) for state in ("written", "published") for r in plan.ranges)
+    assert sum(r["records"] for r in rows if r["state"] == "published") == res.good
+    assert all(r["committed_at"] is not None and r["schema_version"] == 1 for r in rows)
+    [kept] = ledger.where(F.col("run_id") == "old-run").collect()
+    assert (kept["topic"], kept["end"], kept["state"], kept["fresh_records"]) == ("an-old-topic", 5, "published", None)
+    assert batch_watermarks(config, ds) == {p: hi for p, (_lo, hi) in log_bounds(config, ds.topic).items() if hi}
+    engines = [r["engineInfo"] or "" for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
+    assert engines[-1].startswith("Apache-Spark") and "delta-rs" in engines[0], engines

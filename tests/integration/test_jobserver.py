@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -68,6 +69,9 @@ def test_cli_batch_runs_in_the_shared_application_and_writes_what_its_code_write
     assert "(in the shared Spark application)" in r.stdout  # no JVM of its own
     assert "quality job_views: 2 expectation(s) on 360 rows passed; published" in r.stdout
     assert batch_watermarks(config, ds) == ends
+    # The application imported Great Expectations as it started, before any quality job came.
+    log = shared_app.process(config).log_file.read_text()
+    assert re.search(r"Great Expectations imported ahead of the quality gate in [\d.]+s", log), log[-2000:]
     assert "spark-jobs" not in r.stderr and "Traceback" not in r.stdout + r.stderr
     again = run_loglake(config, "batch", "job_views")  # published to the log end: no job is sent
     assert again.returncode == 0 and "job_views: nothing to recompute" in again.stdout, again.stdout + again.stderr
