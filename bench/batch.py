@@ -44,6 +44,13 @@ Spark's bare read-and-count of the same range. Goal >= 0.5."
    frames, in ``detail.profile``.
 
 Value: median recompute records/s ÷ median bare read-count records/s; goal >= 0.5.
+
+P12 (issue 47), in the same runs: the recompute ÷ the batch job a Spark user would write by
+hand for the same offset ranges (``hand_batch``: Spark's Kafka source with the exact
+starting/ending offsets, ``from_json`` with the dataset's fields, ``replaceWhere`` of those
+offsets into a Delta table of its own; no validation, quarantine, counts or ledger), one run
+of it beside each bare count and recompute (and one on the warm-up slice first, not counted).
+Goal >= 1.0: loglake's recompute costs no more than that job.
 ``LOGLAKE_BENCH_P4_RECORDS`` overrides the record count (figures then not comparable).
 """
 
@@ -95,6 +102,31 @@ JFC = """<?xml version="1.0" encoding="UTF-8"?>
 """
 _FRAME = re.compile(r"^\s{4}([^\s(]+)\(", re.M)
 _THREAD = re.compile(r'sampledThread = "([^"]*)"')
+
+
+def hand_batch(spark, bootstrap: str, ds, ranges, path: str) -> int:
+    """P12's reference, as a Spark user would write it for exact offset ranges: read them with
+    Spark's Kafka source, ``from_json`` with the dataset's fields, replace those offsets in a
+    Delta table (``replaceWhere``; the first run makes the table). Its row count."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from loglake.core.contracts import FIELD_TYPES
+
+    topic = ranges[0].topic
+    schema = ", ".join(f"{name} {FIELD_TYPES[spec.type]}" for name, spec in ds.fields.items())
+    rows = (spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("assign", json.dumps({topic: [r.partition for r in ranges]}))
+            .option("startingOffsets", json.dumps({topic: {str(r.partition): r.start for r in ranges}}))
+            .option("endingOffsets", json.dumps({topic: {str(r.partition): r.end for r in ranges}}))
+            .load()
+            .select("partition", "offset", F.from_json(F.col("value").cast("string"), schema).alias("v"))
+            .select("partition", "offset", "v.*"))
+    where = " OR ".join(f"(partition = {r.partition} AND offset >= {r.start} AND offset < {r.end})" for r in ranges)
+    rows.write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
+    return sum(r.size for r in ranges)
 
 
 def _timed(pid: int, fn):
@@ -202,7 +234,7 @@ def profiled(spark, fn, path: Path, h: Harness) -> tuple[object, dict]:
 
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
-    if only is not None and "P4" not in only:
+    if only is not None and not {"P4", "P12"} & set(only):
         return []
     from pyspark.sql import functions as F
 
@@ -241,6 +273,11 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     def bare(rs) -> int:
         return read_ranges(spark, config, list(rs)).count()
 
+    hand_path = str(h.root / "batch" / "p12-hand-written")
+
+    def hand(rs) -> int:
+        return hand_batch(spark, h.bootstrap, ds, list(rs), hand_path)
+
     # -- warm-up: one of each on the slice, not counted; a warm probe of the pace ---------------
     n_warm, warm_bare_s, _ = _timed(pid, lambda: bare(warm_plan.ranges))
     warm, warm_s, _ = _timed(pid, lambda: run_batch(spark, config, ds, warm_plan, "p4-warmup"))
@@ -250,6 +287,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                                      for r in warm_plan.ranges), "backfill", ("P4 benchmark: a tenth of the slice",))
     _small, small_s, _ = _timed(pid, lambda: run_batch(spark, config, ds, small_plan, "p4-probe-small"))
     _n, small_bare_s, _ = _timed(pid, lambda: bare(small_plan.ranges))
+    _n, warm_hand_s, _ = _timed(pid, lambda: hand(warm_plan.ranges))  # P12's warm-up, not counted
     h.log(f"P4: warm-up on {warm_plan.offsets:,} records: bare read+count {warm_bare_s:.1f}s, recompute "
           f"{warm_s:.1f}s ({warm.records:,} + {warm.quarantined:,} quarantined); warm probe: recompute "
           f"{probe_s:.1f}s, bare {probe_bare_s:.1f}s")
@@ -265,12 +303,15 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     profiling = os.environ.get("LOGLAKE_BENCH_P4_PROFILE", "1") != "0"
     reserve = 20 + (3 * probe_s if profiling else 0)  # the checks; the profiled run (JFR slows it)
     left = (started + budget - time.monotonic() - reserve) if budget > 0 else float("inf")
-    fit = (left - h.repeats * fixed + warm_n * per_produced) / max(1e-9, h.repeats * per_record + per_produced)
+    # Each repeat runs the hand-written job too: counted as costing what a pair does (it reads
+    # and writes as the recompute does), so a repeat is two pairs.
+    fit = (left - 2 * h.repeats * fixed + warm_n * per_produced) / max(1e-9, 2 * h.repeats * per_record + per_produced)
     target = count if fit >= count else max(warm_n, int(fit))
     complete = target >= count
     if not complete:
-        h.log(f"P4: {h.repeats} runs of {count:,} records would take ~{h.repeats * (fixed + per_record * count):.0f}s at the "
-              f"probe's pace; {left:.0f}s of the {budget:.0f}s budget left: measuring {target:,} records")
+        h.log(f"P4: {h.repeats} runs of {count:,} records would take ~{2 * h.repeats * (fixed + per_record * count):.0f}s at the "
+              f"probe's pace (the hand-written job's runs as much again); {left:.0f}s of the {budget:.0f}s budget "
+              f"left: measuring {target:,} records")
     h.log(f"P4: producing {target - warm_n:,} more records")
     produce_s += workload.produce(h.bootstrap, topic, target - warm_n, RECORD_BYTES) if target > warm_n else 0.0
     expected_bad += workload.bad_count(target - warm_n)
@@ -282,7 +323,7 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     measured = plan.offsets
 
     # -- measured: bare count and recompute of the whole range, interleaved ---------------
-    bare_runs, batch_runs = [], []
+    bare_runs, batch_runs, hand_runs = [], [], []
     profile = stages = None
     for i in range(h.repeats):
         n, s, cpu = _timed(pid, lambda: bare(ranges))
@@ -295,8 +336,12 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                            "jvm_cpu_s": round(cpu2, 1), "records": summary.records,
                            "quarantined": summary.quarantined,
                            "records_per_s": round((summary.records + summary.quarantined) / s2)})
+        n3, s3, cpu3 = _timed(pid, lambda: hand(ranges))
+        hand_runs.append({"seconds": round(s3, 3), "jvm_cpu_s": round(cpu3, 1), "records": n3,
+                          "records_per_s": round(n3 / s3)})
         h.log(f"P4: run {i + 1}/{h.repeats}: bare read+count {s:.1f}s ({n / s:,.0f}/s, JVM CPU {cpu:.0f}s); "
-              f"recompute {s2:.1f}s ({batch_runs[-1]['records_per_s']:,}/s, JVM CPU {cpu2:.0f}s)")
+              f"recompute {s2:.1f}s ({batch_runs[-1]['records_per_s']:,}/s, JVM CPU {cpu2:.0f}s); "
+              f"P12's hand-written job {s3:.1f}s ({hand_runs[-1]['records_per_s']:,}/s, JVM CPU {cpu3:.0f}s)")
 
     # -- profile: one more recompute of the warm-up slice under JFR, not counted ----------------
     if profiling:
@@ -400,4 +445,25 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
                     f"({median([r['seconds'] for r in batch_runs]):.1f}s) vs bare read+count {bare_rps:,.0f}/s "
                     f"({median([r['seconds'] for r in bare_runs]):.1f}s); exact replace "
                     f"{'ok' if exact else 'MISMATCH'} ({last['quarantined']:,} quarantined){top}")
-    return [m]
+    hand_rps = median([r["records_per_s"] for r in hand_runs])
+    hand_ratio = batch_rps / hand_rps
+    p12 = result(
+        "P12", "Batch recompute vs a hand-written Spark batch job", round(hand_ratio, 3), "ratio", goal=">= 1.0",
+        met=(hand_ratio >= 1.0) if complete else None,
+        reference={"hand-written job": f"{hand_rps:,.0f} records/s", "recompute": f"{batch_rps:,.0f} records/s"},
+        runs=[{"phase": "hand-written job", **{k: [r[k] for r in hand_runs] for k in ("seconds", "jvm_cpu_s")}},
+              {"phase": "recompute", **{k: [r[k] for r in batch_runs] for k in ("seconds", "jvm_cpu_s")}}],
+        detail={"records": measured, "complete": complete, "warmup_seconds": round(warm_hand_s, 1),
+                "hand_written": {"records_per_s": hand_rps, "seconds_median": median([r["seconds"] for r in hand_runs]),
+                                 "what": "bench.batch.hand_batch: Kafka source (exact offsets) → from_json → "
+                                         "Delta replaceWhere, same session, same ranges"},
+                "recompute": {"records_per_s": batch_rps, "seconds_median": median([r["seconds"] for r in batch_runs])},
+                "ratio_by_jvm_cpu": round(median([r["jvm_cpu_s"] for r in hand_runs])
+                                          / max(1e-9, median([r["jvm_cpu_s"] for r in batch_runs])), 3)},
+        chart={"kind": "bar", "labels": ["hand-written job", "batch recompute"], "values": [hand_rps, batch_rps],
+               "ylabel": "records/s (median)", "colors": ["tab:gray", "tab:blue"],
+               "title": f"{measured:,} records; ratio {hand_ratio:.2f} (goal ≥ 1.0)"},
+    )
+    p12["summary"] = (f"{measured / 1e6:g}M{part}: recompute {batch_rps:,.0f}/s vs the hand-written job "
+                      f"{hand_rps:,.0f}/s ({median([r['seconds'] for r in hand_runs]):.1f}s)")
+    return [m, p12]

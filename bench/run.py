@@ -36,7 +36,7 @@ MODULES = {
     "bench.formats": ["F1"],
     "bench.microbatch": ["P11"],
     "bench.freshness": ["P3"],
-    "bench.batch": ["P4"],
+    "bench.batch": ["P4", "P12"],
     "bench.compaction": ["P6"],
     "bench.overhead": ["P5"],
     "bench.startup": ["P7"],
@@ -48,7 +48,7 @@ MODULES = {
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated metric ids (P1..P11, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
+    ap.add_argument("--only", help="comma-separated metric ids (P1..P12, S for the scaling curve, F1 Avro beside JSON, C1..C3 the local cluster)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (median reported)")
     ap.add_argument("--quick", action="store_true", help="small data, to try the program out (not comparable)")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"), help="results directory")
