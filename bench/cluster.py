@@ -4,8 +4,12 @@
   DATASET --available-now`` under spark-submit (records ÷ the micro-batches' processing
   time, JVM start excluded), on the benchmark dataset (1 KB records, 6 partitions, 200,000
   per micro-batch). Embedded: one broker, ``local[2]``. Cluster: 3 KRaft nodes (replication
-  factor 3, min ISR 2, the producer's acks=all), a standalone master and 2 workers, the
-  application alone on them with 2 cores (``spark.cores.max``), as ``local[2]`` has.
+  factor 3, min ISR 2, the producer's acks=all), a standalone master and 2 workers of one
+  core each, the application alone on them with 2 cores (``spark.cores.max``), as
+  ``local[2]`` has; and the same on 1 worker of one core (the capacity model's check,
+  docs/capacity.md). Each run also says the CPU-seconds its parts used: the executors (the
+  workers' process trees), the Kafka nodes, and the driver (spark-submit, a child of this
+  process).
 - C2 the stream's recovery after the leader of partition 0 is SIGKILLed: the continuous
   speed stream (supervised, as ``loglake speed start`` runs it) under a steady producer;
   seconds from the kill until the stream has passed the log end read at the kill.
@@ -37,8 +41,37 @@ def _config(h: Harness, name: str, bootstrap: str, **kwargs):
                     speed={"max_offsets_per_trigger": PER_BATCH}, **kwargs)
 
 
-def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, **kwargs) -> list[dict]:
-    """``loglake speed run --available-now`` over one filled topic, from fresh state each run."""
+def _tree_cpu(pids: list[int]) -> float:
+    """CPU-seconds the processes ``pids`` and everything below them used so far: each root's
+    own and its reaped children's (an executor that ended is counted by its worker), each
+    live descendant's own."""
+    import psutil
+
+    from loglake.core.processes import descendants
+
+    total = 0.0
+    for root in pids:
+        for pid in descendants(root):
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + ((t.children_user + t.children_system) if pid == root else 0.0)
+    return total
+
+
+def _children_cpu() -> float:
+    """CPU-seconds of this process's reaped children (the driver's spark-submit)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None, cpu=None,
+                **kwargs) -> list[dict]:
+    """``loglake speed run --available-now`` over one filled topic, from fresh state each run;
+    ``cpu``: name → a callable giving the pids of a part whose CPU the run reports."""
     from loglake.kafka.admin import ensure_topic
     from loglake.speed.control import SpeedStream
 
@@ -52,18 +85,22 @@ def _speed_runs(h: Harness, name: str, bootstrap: str, records: int, memory=None
     for i in range(h.repeats):
         run_config = _config(h, f"{name}-run{i}", bootstrap, topic_suffix=suffix, **kwargs)
         t0 = time.monotonic()
+        cpu0 = {part: _tree_cpu(pids()) for part, pids in (cpu or {}).items()}
+        driver0 = _children_cpu()
         with PeakPss(memory) if memory else nullcontext() as sampler:
             outcome = SpeedStream(run_config, run_config.dataset(workload.DATASET)).run_available_now()
+        used = {part: round(_tree_cpu(pids()) - cpu0[part], 1) for part, pids in (cpu or {}).items()}
+        used["driver"] = round(_children_cpu() - driver0, 1)
         if not outcome.ok or outcome.summary.records != records:
             raise RuntimeError(f"{name} speed run {i}: {outcome.summary or outcome.failure} (log {outcome.log})")
         s = outcome.summary
         run = {"records_per_second": s.records_per_second, "records": s.records, "batches": s.batches,
                "processing_seconds": s.processing_seconds, "wall_seconds": round(time.monotonic() - t0, 1),
-               "produce_seconds": round(produced, 1)}
+               "produce_seconds": round(produced, 1), "cpu_seconds": used}
         if sampler:
             run["cluster_peak_pss_bytes"] = sampler.peak
         h.log(f"  {name} speed run {i}: {run['records_per_second']:,} rec/s over {run['batches']} micro-batches, "
-              f"wall {run['wall_seconds']}s")
+              f"wall {run['wall_seconds']}s, CPU-s " + ", ".join(f"{k} {v}" for k, v in used.items()))
         runs.append(run)
     return runs
 
@@ -110,6 +147,18 @@ def _recovery(h: Harness, cluster, config) -> list[float]:
     return seconds
 
 
+def _wait_executors_gone(cluster, timeout: float = 30) -> None:
+    """Until no worker has a process below it: the application's executors ended and were
+    reaped, so their CPU is in their worker's."""
+    from loglake.core.processes import descendants
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(len(descendants(m.pid())) <= 1 for m in cluster.workers() if m.pid()):
+            return
+        time.sleep(0.5)
+
+
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     from loglake.core.processes import free_ports
     from loglake.local.cluster import LocalCluster
@@ -122,23 +171,46 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     out = []
     embedded = _speed_runs(h, "embedded", h.bootstrap, records) if "C1" in want else []
 
-    *ports, master_port = free_ports(4)
-    cluster_kw = dict(kafka={"embedded": True, "replication_factor": 3, "min_insync_replicas": 2},
-                      spark={"master": f"spark://127.0.0.1:{master_port}", "executor_memory": "1g",
-                             "conf": {"spark.cores.max": "2"}},
-                      local_cluster={"spark_workers": 2, "worker_cores": 2, "worker_memory": "2g"})
-    bootstrap = ",".join(f"localhost:{p}" for p in ports)
-    config = _config(h, "cluster", bootstrap, **cluster_kw)
-    cluster = LocalCluster(config)
-    t0 = time.monotonic()
-    cluster.up(say=lambda _line: None)
-    up_seconds = time.monotonic() - t0
+    def cluster_config(name: str, workers: int):
+        *ports, master_port = free_ports(4)
+        kw = dict(kafka={"embedded": True, "replication_factor": 3, "min_insync_replicas": 2},
+                  spark={"master": f"spark://127.0.0.1:{master_port}", "executor_memory": "1g",
+                         "conf": {"spark.cores.max": str(workers)}},
+                  local_cluster={"spark_workers": workers, "worker_cores": 1, "worker_memory": "2g"})
+        bootstrap = ",".join(f"localhost:{p}" for p in ports)
+        return _config(h, name, bootstrap, **kw), bootstrap, kw
+
+    def up(config) -> tuple[LocalCluster, float]:
+        cluster = LocalCluster(config)
+        t0 = time.monotonic()
+        cluster.up(say=lambda _line: None)
+        return cluster, time.monotonic() - t0
+
+    def parts(cluster) -> dict:
+        """The cluster's parts whose CPU a run reports: executors under the workers, the Kafka nodes."""
+        def executors():
+            _wait_executors_gone(cluster)
+            return [m.pid() for m in cluster.workers() if m.pid()]
+        return {"executors": executors, "kafka": lambda: [n.pid for n in cluster.kafka_nodes() if n.pid]}
+
+    one_worker = []
+    if "C1" in want:  # the capacity model's second size: the same application on 1 worker of 1 core
+        config, bootstrap, cluster_kw = cluster_config("cluster1", 1)
+        cluster, up_seconds = up(config)
+        try:
+            h.log(f"cluster of 1 worker up in {up_seconds:.1f}s")
+            one_worker = _speed_runs(h, "cluster-1-worker", bootstrap, records, cpu=parts(cluster), **cluster_kw)
+        finally:
+            cluster.down(say=lambda _line: None)
+
+    config, bootstrap, cluster_kw = cluster_config("cluster", 2)
+    cluster, up_seconds = up(config)
     try:
         time.sleep(5)
         idle = cluster.memory_bytes()
         h.log(f"cluster up in {up_seconds:.1f}s, {idle / 2**20:,.0f} MiB PSS idle")
-        on_cluster = _speed_runs(h, "cluster", bootstrap, records, memory=cluster.pids, **cluster_kw) \
-            if want & {"C1", "C3"} else []
+        on_cluster = _speed_runs(h, "cluster", bootstrap, records, memory=cluster.pids, cpu=parts(cluster),
+                                 **cluster_kw) if want & {"C1", "C3"} else []
         kills = _recovery(h, cluster, _config(h, "cluster-c2", bootstrap, **cluster_kw)) if "C2" in want else []
     finally:
         cluster.down(say=lambda _line: None)
@@ -146,15 +218,25 @@ def run(h: Harness, only: set[str] | None = None) -> list[dict]:
     if "C1" in want:
         emb = median([r["records_per_second"] for r in embedded])
         clu = median([r["records_per_second"] for r in on_cluster])
+        one = median([r["records_per_second"] for r in one_worker])
         m = result("C1", "speed layer on the local cluster (records/s)", clu, "records/s",
-                   reference={"embedded records/s": emb},
-                   runs=[{"embedded": e, "cluster": c} for e, c in zip(embedded, on_cluster)],
+                   reference={"embedded records/s": emb, "1 worker records/s": one},
+                   runs=[{"embedded": e, "cluster": c, "cluster_1_worker": o}
+                         for e, c, o in zip(embedded, on_cluster, one_worker)],
                    detail={"records": records, "record_bytes": RECORD_BYTES, "partitions": 6,
-                           "max_offsets_per_trigger": PER_BATCH, "cluster_over_embedded": round(clu / emb, 3)},
+                           "max_offsets_per_trigger": PER_BATCH, "cluster_over_embedded": round(clu / emb, 3),
+                           "two_workers_over_one": round(clu / one, 3),
+                           "cpu_seconds_per_million": {
+                               name: {part: round(median([r["cpu_seconds"][part] * 1e6 / r["records"] for r in runs]), 1)
+                                      for part in runs[0]["cpu_seconds"]}
+                               for name, runs in (("embedded", embedded), ("1 worker", one_worker),
+                                                  ("2 workers", on_cluster))}},
                    chart={"kind": "bar", "labels": ["embedded (1 broker, local[2])",
-                                                    "local cluster (3 brokers RF 3, 2 workers)"],
-                          "values": [emb, clu], "ylabel": "records/s (1 KB, 6 partitions)"})
-        m["summary"] = f"cluster {clu:,.0f} rec/s vs embedded {emb:,.0f} rec/s (× {clu / emb:.2f})"
+                                                    "local cluster, 1 worker (1 core)",
+                                                    "local cluster, 2 workers (1 core each)"],
+                          "values": [emb, one, clu], "ylabel": "records/s (1 KB, 6 partitions)"})
+        m["summary"] = (f"cluster {clu:,.0f} rec/s on 2 workers, {one:,.0f} on 1 (× {clu / one:.2f}); "
+                        f"embedded {emb:,.0f} rec/s (cluster × {clu / emb:.2f})")
         out.append(m)
     if "C2" in want:
         m = result("C2", "stream recovery after the leader broker's SIGKILL", median(kills), "s",

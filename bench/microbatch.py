@@ -1,6 +1,6 @@
 """P11, the fixed cost of a micro-batch, and where a small speed micro-batch's time goes (P3, P6).
 
-    .venv/bin/python -m bench.microbatch [--records 60] [--batches 40] [--bad-fraction 0.01]
+    .venv/bin/python -m bench.microbatch [--records 60] [--batches 40] [--bad-fraction 0.01] [--object-store]
 
 The real speed layer (``loglake.speed.stream.run_speed``, available-now, in-process) runs over
 ``--batches`` micro-batches of ``--records`` job_views events (6 partitions) on a broker and
@@ -8,13 +8,17 @@ state directory of its own. It prints each micro-batch's trigger time, the media
 the steps of ``process_batch`` (validation, the observation, the Delta append), and the
 Spark jobs the run made, grouped by call site and description, with their total time: a
 micro-batch's fixed cost, what P3 (freshness) and P6 (1,000 micro-batches in the write
-budget) are bounded by. A program, not a test: it reports, it asserts nothing.
+budget) are bounded by. With ``--object-store`` the lake and checkpoints are on an S3 store
+(versitygw on loopback, a line per request in its log) and it also prints the requests the run
+made per micro-batch, by method and by what they touch (the capacity model's object-store
+requests, docs/capacity.md). A program, not a test: it reports, it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import statistics
@@ -78,13 +82,14 @@ def _jobs(spark) -> dict[tuple[str, str], list[float]]:
     return out
 
 
-def measure(h, name: str, records: int, batches: int, bad_fraction: float) -> dict:
+def measure(h, name: str, records: int, batches: int, bad_fraction: float, **conf) -> dict:
     """One available-now run of the real speed layer over ``batches`` micro-batches of ``records``
-    job_views events: each micro-batch's trigger time, the steps' times, the Spark jobs."""
+    job_views events: each micro-batch's trigger time, the steps' times, the Spark jobs
+    (``conf``: more of the profile, e.g. its ``lake``)."""
     from loglake.local.produce import produce
     from loglake.speed import stream as streaming
 
-    config = h.config(name, speed={"max_offsets_per_trigger": records})
+    config = h.config(name, speed={"max_offsets_per_trigger": records}, **conf)
     ds = config.dataset("job_views")
     produce(config, ds, records * batches, seed=6, progress=False, bad_fraction=bad_fraction)
     spark = h.spark(config)
@@ -99,6 +104,27 @@ def measure(h, name: str, records: int, batches: int, bad_fraction: float) -> di
             "p90_ms": sorted(steady)[int(0.9 * (len(steady) - 1))], "max_ms": max(steady),
             "steps_median_ms": {k: round(1000 * statistics.median(v), 1) for k, v in times.items()},
             "steps_ms": {k: [round(1000 * x) for x in v] for k, v in times.items()}, "spark": spark}
+
+
+def _requests(log_lines: list[str]) -> collections.Counter:
+    """versitygw's request lines (``time | vgw | status | took | ip | METHOD | /bucket/key | - | query``)
+    counted by (operation, what the key is)."""
+    out: collections.Counter = collections.Counter()
+    for line in log_lines:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 8 or parts[1] != "vgw":
+            continue
+        method, path, query = parts[5], parts[6], " ".join(parts[7:])
+        op = "LIST" if method == "GET" and "list-type" in query else method
+        key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+        what = ("delta log: checkpoint" if "/_delta_log/" in key and ".checkpoint" in key else
+                "delta log: _last_checkpoint" if key.endswith("_last_checkpoint") else
+                "delta log" if "/_delta_log" in key or "_delta_log" in query else
+                "stream checkpoint" if key.startswith("checkpoints/") or "checkpoints%2F" in query else
+                "data file" if key.endswith(".parquet") else
+                "loglake (leases, positions, series)" if key else "bucket")
+        out[(op, what)] += 1
+    return out
 
 
 TITLE = "fixed cost of a micro-batch (60 records)"
@@ -138,10 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=60, help="events per micro-batch (maxOffsetsPerTrigger)")
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--bad-fraction", type=float, default=0.0, help="malformed share of the events")
+    ap.add_argument("--object-store", action="store_true", help="the lake on an S3 store (versitygw), requests counted")
     args = ap.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    with scratch("loglake-microbatch-") as h:
-        r = measure(h, "microbatch", args.records, args.batches, args.bad_fraction)
+    with scratch("loglake-microbatch-", keep=bool(os.environ.get("LOGLAKE_BENCH_KEEP"))) as h, \
+            contextlib.ExitStack() as stack:
+        conf, gateway = {}, None
+        if args.object_store:
+            from loglake.local.versitygw import Gateway
+
+            gateway = stack.enter_context(Gateway.on_free_port(h.root / "s3", quiet=False))
+            gateway.create_bucket("microbatch-lake")
+            store = gateway.settings(gateway.write_credentials_file(h.root / "s3-credentials"))
+            conf["lake"] = {"root": "s3a://microbatch-lake/lake", "checkpoints": "s3a://microbatch-lake/checkpoints",
+                            "object_store": store}
+            logged = gateway.log_path.stat().st_size
+        r = measure(h, "microbatch", args.records, args.batches, args.bad_fraction, **conf)
         trigger = r["trigger_ms"]
         print(f"{len(trigger)} micro-batches of {args.records} events in {r['wall_seconds']:.1f}s; trigger ms {trigger}")
         print(f"median trigger after the first two: {r['median_ms']:.0f} ms")
@@ -151,6 +189,16 @@ def main(argv: list[str] | None = None) -> int:
         print("Spark jobs (count, total s, median ms, call site, what):")
         for (site, what), secs in sorted(_jobs(r["spark"]).items(), key=lambda kv: -sum(kv[1])):
             print(f"  {len(secs):4d} {sum(secs):7.2f} {1000 * statistics.median(secs):7.0f}  {site}: {what}")
+        if gateway:
+            with gateway.log_path.open("rb") as f:
+                f.seek(logged)
+                counts = _requests(f.read().decode(errors="replace").splitlines())
+            n = len(trigger)
+            print(f"object-store requests over the run ({sum(counts.values())}, the query's start included), "
+                  f"per micro-batch ({n}):")
+            for (op, what), c in sorted(counts.items(), key=lambda kv: -kv[1]):
+                print(f"  {c / n:7.1f}  {op:6s} {what}")
+            print(f"  {sum(counts.values()) / n:7.1f}  in all")
         print(json.dumps({"records_per_batch": args.records, "trigger_ms": trigger,
                           "steps_median_ms": r["steps_median_ms"], "steps_ms": r["steps_ms"]}))
     return 0

@@ -47,8 +47,10 @@ class Gateway:
     its output in ``home/"logs"/"versitygw.log"``; a single root account (``access_key``,
     ``secret_key``: random unless given; passed in its environment, never on its command line)."""
 
-    def __init__(self, home: Path, port: int, access_key: str | None = None, secret_key: str | None = None):
+    def __init__(self, home: Path, port: int, access_key: str | None = None, secret_key: str | None = None,
+                 quiet: bool = True):
         self.home = Path(home).absolute()
+        self.quiet = quiet  # False: a line per request in the log (a probe counting requests)
         self.port = port
         self.access_key = access_key or "LL" + secrets.token_hex(8).upper()
         self.secret_key = secret_key or secrets.token_urlsafe(30)
@@ -72,7 +74,8 @@ class Gateway:
 
     def command(self) -> list[str]:
         # --quiet: no line per request in the log (a benchmark makes many thousands).
-        return [str(installed_binary()), "--port", f"127.0.0.1:{self.port}", "--quiet", "posix", str(self.data_dir)]
+        quiet = ["--quiet"] if self.quiet else []
+        return [str(installed_binary()), "--port", f"127.0.0.1:{self.port}", *quiet, "posix", str(self.data_dir)]
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
