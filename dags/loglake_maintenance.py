@@ -2,7 +2,8 @@
 ### loglake_maintenance — keep every dataset's Delta tables compact while the streams write
 
 Hourly by default (set `LOGLAKE_MAINTENANCE_SCHEDULE` in Airflow's environment to a cron
-expression or preset to change it; it is read when the file is parsed). Its first scheduled
+expression or preset to change it — `@once`, `@continuous` and `none` too; it is read when
+the file is parsed). Its first scheduled
 run is at the schedule's next time after the DAG is first switched on, not at once: on a
 fresh platform there is nothing to maintain yet, and a run at `loglake up` would hold the
 datasets' maintenance leases while the first batch run waits for them.
@@ -39,16 +40,21 @@ from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import maintain_and_audit
 from loglake_airflow.maintenance import maintenance_requests
 
+SCHEDULE = os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly").strip()
+# Airflow's presets that are no cron expression, taken as they are (with the usual start date:
+# @once runs once when switched on): a cron timetable refuses them.
+NOT_CRON = {"@once": "@once", "@continuous": "@continuous", "none": None}
+
 with DAG(
     dag_id="loglake_maintenance",
     # No start date: with one in the past and no catch-up, Airflow runs the most recent past
     # interval at once when the DAG is switched on; without one, the cron timetable waits for its
     # next time — unless the last one is within a buffer (run_immediately=False means 5 minutes on
     # an hourly schedule: `loglake up` at 18:04 ran it at once). A buffer of none waits always.
-    schedule=CronTriggerTimetable(os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly"), timezone="UTC",
-                                  run_immediately=timedelta(0)),
+    schedule=NOT_CRON[SCHEDULE.lower()] if SCHEDULE.lower() in NOT_CRON else CronTriggerTimetable(
+        SCHEDULE, timezone="UTC", run_immediately=timedelta(0)),
     doc_md=__doc__,
-    **{**DAG_DEFAULTS, "start_date": None},
+    **{**DAG_DEFAULTS, "start_date": DAG_DEFAULTS["start_date"] if SCHEDULE.lower() in NOT_CRON else None},
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))
