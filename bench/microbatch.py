@@ -115,6 +115,8 @@ def _requests(log_lines: list[str]) -> collections.Counter:
         if len(parts) < 8 or parts[1] != "vgw":
             continue
         method, path, query = parts[5], parts[6], " ".join(parts[7:])
+        if method not in ("GET", "PUT", "HEAD", "DELETE", "POST"):  # two lines written into each other
+            continue
         op = "LIST" if method == "GET" and "list-type" in query else method
         key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
         what = ("delta log: checkpoint" if "/_delta_log/" in key and ".checkpoint" in key else

@@ -63,9 +63,17 @@ from loglake.speed.sizing import Sizing, size_micro_batches
 from loglake.speed.writer import process_batch
 
 
-# A micro-batch of at most this many records is coalesced to the cores and, for an events dataset,
-# its valid rows are collected to the driver and appended by delta-rs (``loglake.speed.writer``).
-SMALL_BATCH_RECORDS = 10_000
+# A micro-batch of at most this many records, and of at most SMALL_BATCH_BYTES by the stream's
+# mean record size, is coalesced to the cores and, for an events dataset, its valid rows are
+# collected to the driver and appended by delta-rs (``loglake.speed.writer``): a Spark append's
+# fixed cost (~1 s) is what a mid-size micro-batch's time was made of at a steady rate
+# (bench/results/levers-2026-11-30: P3's micro-batch median 1.94 -> 1.00 s at 23,610 records/s).
+SMALL_BATCH_RECORDS = 100_000
+SMALL_BATCH_BYTES = 128 << 20
+
+
+def _small(records: int | None, mean_bytes: float | None) -> bool:
+    return records is not None and records <= SMALL_BATCH_RECORDS and records * (mean_bytes or 0) <= SMALL_BATCH_BYTES
 
 
 class _PositionRecorder(StreamingQueryListener):
@@ -194,7 +202,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
             most = planned_span(spark, checkpoint, topic, batch_id) or most
         # Small: it cannot be larger (the cap), or the previous micro-batch was (the next one is
         # much like it at a steady rate).
-        small = most <= SMALL_BATCH_RECORDS or (now["last"] is not None and now["last"] <= SMALL_BATCH_RECORDS)
+        small = _small(most, sizing.mean_bytes) or _small(now["last"], sizing.mean_bytes)
         t0 = time.monotonic()
         wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
                               now["schema_version"], topic, replay_possible=first or not unchecked, small=small,
