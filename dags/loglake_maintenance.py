@@ -44,6 +44,7 @@ SCHEDULE = os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly").strip()
 # Airflow's presets that are no cron expression, taken as they are (with the usual start date:
 # @once runs once when switched on): a cron timetable refuses them.
 NOT_CRON = {"@once": "@once", "@continuous": "@continuous", "none": None}
+PRESET = SCHEDULE.lower()
 
 with DAG(
     dag_id="loglake_maintenance",
@@ -51,10 +52,10 @@ with DAG(
     # interval at once when the DAG is switched on; without one, the cron timetable waits for its
     # next time — unless the last one is within a buffer (run_immediately=False means 5 minutes on
     # an hourly schedule: `loglake up` at 18:04 ran it at once). A buffer of none waits always.
-    schedule=NOT_CRON[SCHEDULE.lower()] if SCHEDULE.lower() in NOT_CRON else CronTriggerTimetable(
+    schedule=NOT_CRON[PRESET] if PRESET in NOT_CRON else CronTriggerTimetable(
         SCHEDULE, timezone="UTC", run_immediately=timedelta(0)),
     doc_md=__doc__,
-    **{**DAG_DEFAULTS, "start_date": DAG_DEFAULTS["start_date"] if SCHEDULE.lower() in NOT_CRON else None},
+    **{**DAG_DEFAULTS, "start_date": DAG_DEFAULTS["start_date"] if PRESET in NOT_CRON else None},
 ) as dag:
 
     @task(execution_timeout=timedelta(minutes=10))
