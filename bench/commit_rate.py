@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writers", default="1,2")
     args = ap.parse_args(argv)
     from loglake.local.versitygw import Gateway
-    from bench.microbatch import _requests
+    from bench.harness import store_requests
 
     with tempfile.TemporaryDirectory(prefix="loglake-commit-rate-") as tmp:
         root = Path(tmp)
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 uri, options = delta_location(f"s3a://commit-rate/t{writers}", store)
                 logged = gateway.log_path.stat().st_size
                 r = _run(uri, options, args.commits, args.rows, writers)
-                with gateway.log_path.open("rb") as f:
-                    f.seek(logged)
-                    counts = _requests(f.read().decode(errors="replace").splitlines())
+                counts = store_requests(gateway.log_path, logged)
                 r["requests_per_commit"] = round(sum(counts.values()) / r["commits"], 1)
                 r["by_kind_per_commit"] = {f"{op} {what}": round(c / r["commits"], 1)
                                            for (op, what), c in counts.most_common()}

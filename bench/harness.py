@@ -9,6 +9,7 @@ and report, they assert nothing.
 
 from __future__ import annotations
 
+import collections
 import shutil
 import statistics
 import tempfile
@@ -134,3 +135,29 @@ def result(id: str, title: str, value: float, unit: str, *, goal: str | None = N
     """
     return {"id": id, "title": title, "value": value, "unit": unit, "goal": goal, "met": met,
             "reference": reference or {}, "runs": runs or [], "detail": detail or {}, "chart": chart}
+
+
+def store_requests(log_path: Path, since: int = 0) -> collections.Counter:
+    """versitygw's request lines (``time | vgw | status | took | ip | METHOD | /bucket/key | - | query``)
+    written to ``log_path`` after byte ``since``, counted by (operation, what the key is)."""
+    with log_path.open("rb") as f:
+        f.seek(since)
+        log_lines = f.read().decode(errors="replace").splitlines()
+    out: collections.Counter = collections.Counter()
+    for line in log_lines:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 8 or parts[1] != "vgw":
+            continue
+        method, path, query = parts[5], parts[6], " ".join(parts[7:])
+        if method not in ("GET", "PUT", "HEAD", "DELETE", "POST"):  # two lines written into each other
+            continue
+        op = "LIST" if method == "GET" and "list-type" in query else method
+        key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+        what = ("delta log: checkpoint" if "/_delta_log/" in key and ".checkpoint" in key else
+                "delta log: _last_checkpoint" if key.endswith("_last_checkpoint") else
+                "delta log" if "/_delta_log" in key or "_delta_log" in query else
+                "stream checkpoint" if key.startswith("checkpoints/") or "checkpoints%2F" in query else
+                "data file" if key.endswith(".parquet") else
+                "loglake (leases, positions, series)" if key else "bucket")
+        out[(op, what)] += 1
+    return out

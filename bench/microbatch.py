@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from bench.harness import median, result, scratch
+from bench.harness import median, result, scratch, store_requests
 
 STEPS = {"loglake.speed.stream": ["process_batch"], "loglake.speed.writer": ["wait_while_paused", "collected"],
          "loglake.lake.delta_io": ["append_idempotent", "append_arrow", "committed_version"],
@@ -106,29 +106,6 @@ def measure(h, name: str, records: int, batches: int, bad_fraction: float, **con
             "steps_ms": {k: [round(1000 * x) for x in v] for k, v in times.items()}, "spark": spark}
 
 
-def _requests(log_lines: list[str]) -> collections.Counter:
-    """versitygw's request lines (``time | vgw | status | took | ip | METHOD | /bucket/key | - | query``)
-    counted by (operation, what the key is)."""
-    out: collections.Counter = collections.Counter()
-    for line in log_lines:
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) < 8 or parts[1] != "vgw":
-            continue
-        method, path, query = parts[5], parts[6], " ".join(parts[7:])
-        if method not in ("GET", "PUT", "HEAD", "DELETE", "POST"):  # two lines written into each other
-            continue
-        op = "LIST" if method == "GET" and "list-type" in query else method
-        key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
-        what = ("delta log: checkpoint" if "/_delta_log/" in key and ".checkpoint" in key else
-                "delta log: _last_checkpoint" if key.endswith("_last_checkpoint") else
-                "delta log" if "/_delta_log" in key or "_delta_log" in query else
-                "stream checkpoint" if key.startswith("checkpoints/") or "checkpoints%2F" in query else
-                "data file" if key.endswith(".parquet") else
-                "loglake (leases, positions, series)" if key else "bucket")
-        out[(op, what)] += 1
-    return out
-
-
 TITLE = "fixed cost of a micro-batch (60 records)"
 
 
@@ -192,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         for (site, what), secs in sorted(_jobs(r["spark"]).items(), key=lambda kv: -sum(kv[1])):
             print(f"  {len(secs):4d} {sum(secs):7.2f} {1000 * statistics.median(secs):7.0f}  {site}: {what}")
         if gateway:
-            with gateway.log_path.open("rb") as f:
-                f.seek(logged)
-                counts = _requests(f.read().decode(errors="replace").splitlines())
+            counts = store_requests(gateway.log_path, logged)
             n = len(trigger)
             print(f"object-store requests over the run ({sum(counts.values())}, the query's start included), "
                   f"per micro-batch ({n}):")
