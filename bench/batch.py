@@ -104,10 +104,9 @@ _FRAME = re.compile(r"^\s{4}([^\s(]+)\(", re.M)
 _THREAD = re.compile(r'sampledThread = "([^"]*)"')
 
 
-def hand_batch(spark, bootstrap: str, ds, ranges, path: str) -> int:
-    """P12's reference, as a Spark user would write it for exact offset ranges: read them with
-    Spark's Kafka source, ``from_json`` with the dataset's fields, replace those offsets in a
-    Delta table (``replaceWhere``; the first run makes the table). Its row count."""
+def hand_rows(spark, bootstrap: str, ds, ranges):
+    """The rows of exact offset ranges as a Spark user would read them: Spark's Kafka source,
+    ``from_json`` with the dataset's fields."""
     import json
 
     from pyspark.sql import functions as F
@@ -116,7 +115,7 @@ def hand_batch(spark, bootstrap: str, ds, ranges, path: str) -> int:
 
     topic = ranges[0].topic
     schema = ", ".join(f"{name} {FIELD_TYPES[spec.type]}" for name, spec in ds.fields.items())
-    rows = (spark.read.format("kafka")
+    return (spark.read.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("assign", json.dumps({topic: [r.partition for r in ranges]}))
             .option("startingOffsets", json.dumps({topic: {str(r.partition): r.start for r in ranges}}))
@@ -124,8 +123,15 @@ def hand_batch(spark, bootstrap: str, ds, ranges, path: str) -> int:
             .load()
             .select("partition", "offset", F.from_json(F.col("value").cast("string"), schema).alias("v"))
             .select("partition", "offset", "v.*"))
+
+
+def hand_batch(spark, bootstrap: str, ds, ranges, path: str) -> int:
+    """P12's reference, as a Spark user would write it for exact offset ranges: ``hand_rows``
+    replacing those offsets in a Delta table (``replaceWhere``; the first run makes the table).
+    Its row count."""
     where = " OR ".join(f"(partition = {r.partition} AND offset >= {r.start} AND offset < {r.end})" for r in ranges)
-    rows.write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
+    (hand_rows(spark, bootstrap, ds, ranges).write.format("delta").mode("overwrite")
+     .option("replaceWhere", where).save(path))
     return sum(r.size for r in ranges)
 
 

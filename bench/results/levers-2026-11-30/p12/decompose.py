@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from bench.batch import hand_batch
+from bench.batch import hand_batch, hand_rows
 from bench.harness import jvm_pid, scratch
 from loglake.core.processes import cpu_seconds
 from loglake.testing import workload
@@ -51,20 +51,8 @@ with scratch("p12-decompose-") as h:
                                                exact=True)
         return validation.apply_transform(validation.valid_rows(validated, ds), ds)
 
-    def hand_noop():
-        from pyspark.sql import functions as F
-        import json
-        schema = ", ".join(f"{name} {__import__('loglake.core.contracts', fromlist=['x']).FIELD_TYPES[s.type]}"
-                           for name, s in ds.fields.items())
-        (spark.read.format("kafka").option("kafka.bootstrap.servers", h.bootstrap)
-         .option("assign", json.dumps({topic: [r.partition for r in ranges]}))
-         .option("startingOffsets", json.dumps({topic: {str(r.partition): r.start for r in ranges}}))
-         .option("endingOffsets", json.dumps({topic: {str(r.partition): r.end for r in ranges}})).load()
-         .select("partition", "offset", F.from_json(F.col("value").cast("string"), schema).alias("v"))
-         .select("partition", "offset", "v.*").write.format("noop").mode("overwrite").save())
-
     steps = {
-        "hand→noop": hand_noop,
+        "hand→noop": lambda: hand_rows(spark, h.bootstrap, ds, ranges).write.format("noop").mode("overwrite").save(),
         "ours→noop": lambda: ours(False).write.format("noop").mode("overwrite").save(),
         "ours+obs→noop": lambda: ours(True).write.format("noop").mode("overwrite").save(),
         "hand→delta": lambda: hand_batch(spark, h.bootstrap, ds, ranges, str(root / "hand")),
