@@ -67,7 +67,7 @@ from loglake.speed.writer import process_batch
 # mean record size, is coalesced to the cores and, for an events dataset, its valid rows are
 # collected to the driver and appended by delta-rs (``loglake.speed.writer``): a Spark append's
 # fixed cost (~1 s) is what a mid-size micro-batch's time was made of at a steady rate
-# (bench/results/levers-2026-11-30: P3's micro-batch median 1.94 -> 1.00 s at 23,610 records/s).
+# (bench/results/levers-2026-11-30/mid-batch: P3's micro-batch median 1.94 -> 1.01 s at 23,610 records/s).
 SMALL_BATCH_RECORDS = 100_000
 SMALL_BATCH_BYTES = 128 << 20
 
