@@ -64,7 +64,8 @@ def spec_of(ds: Dataset) -> dict:
     for name, f in ds.fields.items():
         fields[name] = {"type": f.type, "required": f.required,
                         **{r: getattr(f, r) for r in _RULES if getattr(f, r) is not None}}
-    return {"kind": ds.kind, "key": ds.key, "fields": fields}
+    # The envelope only when not the plain one: a dataset's fingerprint from before it was known stays.
+    return {"kind": ds.kind, "key": ds.key, "fields": fields, **({"envelope": ds.envelope} if ds.debezium else {})}
 
 
 def fingerprint(spec: dict) -> str:

@@ -16,7 +16,7 @@ from loglake.core.objectstore import delta_location
 
 @dataclass(frozen=True)
 class TableRef:
-    layer: str   # speed | batch | quarantine | latest
+    layer: str   # speed | batch | quarantine | latest | history
     name: str    # <schema>.<table>, as in the dataset's config
     path: str
     store: Any = None  # the object store it is on (the config's ``object_store``), None on a filesystem
@@ -35,8 +35,10 @@ class Snapshot:
 
 
 def dataset_tables(config: Config, ds: Dataset) -> list[TableRef]:
-    """Every table the dataset declares (speed, batch, quarantine and, for a changelog, latest)."""
-    layers = ("speed", "batch", "quarantine") + (("latest",) if ds.tables.latest else ())
+    """Every table the dataset declares (speed, batch, quarantine and, for a changelog, latest and
+    its history when it keeps one)."""
+    layers = (("speed", "batch", "quarantine") + (("latest",) if ds.tables.latest else ())
+              + (("history",) if ds.tables.history else ()))
     return [TableRef(layer, getattr(ds.tables, layer), config.table_path(ds, layer), config.object_store)
             for layer in layers]
 

@@ -36,6 +36,7 @@ from loglake.lake import evolution
 from loglake.records import counting, validation
 from loglake.records.kafka_source import check_retained, read_ranges
 from loglake.lake.system_tables import append_ledger
+from loglake.serving import history
 
 
 def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> DataFrame:
@@ -47,8 +48,30 @@ def recompute_from_log(spark: SparkSession, config: Config, ds: Dataset) -> Data
     ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in sorted(log.items())]
     valid = validation.apply_transform(validation.valid_rows(validation.validate(read_ranges(spark, config, ranges), ds), ds), ds)
     if ds.kind == "changelog":
-        return delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+        return delta_io.latest_per_key(valid, ds.keys).where(~F.col("_deleted")).drop("_deleted")
     return valid
+
+
+def history_of(spark: SparkSession, config: Config, ds: Dataset, changes: DataFrame, read: DataFrame) -> DataFrame:
+    """The dataset's history (``loglake.serving.history``) from the log's valid ``changes`` (every
+    retained offset read: ``read``) and the versions the history table holds whose changes the
+    log no longer retains (expired or compacted away)."""
+    time = "_source_time" if ds.debezium else "_kafka_timestamp"
+    events = changes.withColumn("_time", F.coalesce(F.col(time), F.col("_kafka_timestamp")))
+    columns = [c for c in changes.columns if c != "_deleted"]
+    path = config.table_path(ds, "history")
+    if delta_io.table_exists(spark, path):
+        held = spark.read.format("delta").load(path)
+        name = f"_loglake_history_{uuid.uuid4().hex[:8]}"
+        held.createOrReplaceTempView(name)
+        kept = [c for c in held.columns if c not in history.COLUMNS]
+        gone = (spark.sql(history.versions_sql(name, kept))
+                .join(read.select("_partition", "_offset"), ["_partition", "_offset"], "left_anti"))
+        events = events.unionByName(gone, allowMissingColumns=True)
+        columns += [c for c in kept if c not in columns]
+    name = f"_loglake_changes_{uuid.uuid4().hex[:8]}"
+    events.createOrReplaceTempView(name)
+    return spark.sql(history.history_sql(name, ds.keys, columns))
 
 
 def must_stage(config: Config, ds: Dataset, ranges: list[OffsetRange]) -> bool:
@@ -68,7 +91,7 @@ def _replace(df: DataFrame, ds: Dataset, path: str, predicate: str, pause=None) 
 
 def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[OffsetRange], raw: DataFrame,
            validated: DataFrame, batch_path: str, quarantine_path: str, pause,
-           phases: Phases, fresh: list[int | None]) -> tuple[dict, dict[str, int]]:
+           phases: Phases, fresh: list[int | None], history_path: str | None = None) -> tuple[dict, dict[str, int]]:
     """The batch run's writes: valid rows, then its quarantine; the observed counts, and the
     quarantined records per reason code."""
     # The first write reads, validates and counts (per partition, for the ledger).
@@ -77,10 +100,16 @@ def _write(spark: SparkSession, config: Config, ds: Dataset, ranges: list[Offset
                                           exact=exact, fresh_from=fresh)
     valid = validation.apply_transform(validation.valid_rows(observed, ds), ds)
     if ds.kind == "changelog":
-        state = delta_io.latest_per_key(valid, ds.key).where(~F.col("_deleted")).drop("_deleted")
+        state = delta_io.latest_per_key(valid, ds.keys).where(~F.col("_deleted")).drop("_deleted")
         with phases("read_validate_write"):
             check_lease(f"write {batch_path}")
             delta_io.to_delta(state, "overwrite", ds.stats_columns).option("mergeSchema", "true").save(batch_path)
+        if ds.history == "scd2":
+            with phases("history"):
+                versions = history_of(spark, config, ds, valid, validated)
+                check_lease(f"write {history_path}")
+                (delta_io.to_delta(versions, "overwrite", ds.stats_columns).option("mergeSchema", "true")
+                 .save(history_path))
         with phases("quarantine"):
             _replace(validation.quarantine_rows(validated, "batch"), ds, quarantine_path,
                      f"_layer = 'batch' AND _topic = '{ds.topic}'", pause)
@@ -147,7 +176,7 @@ def run_batch(spark: SparkSession, config: Config, ds: Dataset, plan: Plan,
     try:
         with delta_io.commit_metadata(spark, meta):
             n, reasons = _write(spark, config, ds, ranges, raw, validated, batch_path, quarantine_path, pause,
-                                phases, fresh)
+                                phases, fresh, staging_path(config, ds, run_id, "history") if staged else None)
     finally:
         if ds.kind == "changelog":
             validated.unpersist()

@@ -9,7 +9,7 @@ from pathlib import Path
 from loglake.cli.command import Command, check_count_and_fraction, print_tables, succeeded
 from loglake.core.config import Config
 from loglake.core.errors import ConfigError, LoglakeError
-from loglake.local import stack
+from loglake.local import debezium, stack
 from loglake.local.produce import produce
 from loglake.ops.status import dataset_status, format_status
 from loglake.speed.control import SpeedStream, streams
@@ -17,21 +17,29 @@ from loglake.speed.control import SpeedStream, streams
 
 def cmd_produce(config: Config, args) -> int:
     ds = config.dataset(args.dataset)
-    fmt = args.format or ds.format
-    if fmt != ds.format:
+    fmt = args.format or (debezium.default_format(ds) if ds.debezium else ds.format)
+    if args.json_schemas is not None and fmt != "debezium-json":
+        flag = "--json-schemas" if args.json_schemas else "--no-json-schemas"
+        raise ConfigError(f"{flag} chooses the JSON converter's schema wrapper of --format debezium-json, not of "
+                          f"{fmt}", key=flag)
+    encoder = cdc = None
+    if ds.debezium or fmt in debezium.FORMATS:
+        cdc = debezium.encoding(config, ds, fmt, json_schemas=args.json_schemas is not False,
+                                schema_file=args.schema)
+    elif fmt != ds.format:
         raise ConfigError(f"dataset {ds.name} is format {ds.format} (its conf's format:): its topic takes "
                           f"{ds.format} values, not {fmt}", key="--format")
-    if args.schema is not None and not ds.in_registry:
+    elif args.schema is not None and not ds.in_registry:
         raise ConfigError(f"--schema registers a schema in the registry: dataset {ds.name} is json, its schema "
                           "is its conf's", key="--schema")
-    encoder = None
-    if ds.in_registry:
+    elif ds.in_registry:
         from loglake.schemaregistry.serializers import encoder as registry_encoder
 
         encoder = registry_encoder(config, ds, schema_file=args.schema)
     res = produce(config, ds, args.count, rate=args.rate, bad_fraction=args.bad_fraction, seed=args.seed,
                   progress=not args.quiet, transactional=args.transactional,
-                  transaction_size=args.transaction_size, abort_every=args.abort_every, encoder=encoder)
+                  transaction_size=args.transaction_size, abort_every=args.abort_every, encoder=encoder,
+                  debezium=cdc)
     txns = (f" in {res.transactions} transactions, {res.aborted_transactions} aborted ({res.aborted} records no "
             f"read_committed consumer sees)" if args.transactional else "")
     print(f"produced {res.records} records to {ds.topic} ({res.good} good, {res.bad} malformed"
@@ -52,12 +60,23 @@ def _produce_arguments(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--transaction-size", type=int, default=100, help="records per transaction (default 100)")
     pr.add_argument("--abort-every", type=int, default=3,
                     help="abort every N-th transaction after its records reached the log (default 3; 0: none)")
-    pr.add_argument("--format", choices=["json", "avro", "protobuf", "json-schema"],
+    pr.add_argument("--format", choices=["json", "avro", "protobuf", "json-schema", *debezium.FORMATS],
                     help="the values' format (default and only choice: the dataset's format:); a registry format "
-                         "is written by confluent-kafka's serializer with the profile's registry")
+                         "is written by confluent-kafka's serializer with the profile's registry. A changelog with "
+                         "envelope: debezium takes a Debezium change stream instead (inserts, updates, deletes each "
+                         "followed by a tombstone, a re-snapshot): debezium-json (its default for format: json) as "
+                         "Kafka Connect's JSON converter writes it, debezium-avro (its default for format: avro, "
+                         "with key_format: avro) as the Avro converter does, the Key and Envelope schemas "
+                         "registered under the dataset's key_subject and subject (<topic>-key, <topic>-value)")
     pr.add_argument("--schema", type=Path, metavar="FILE",
                     help="a registry format: register this schema under the dataset's subject first, then write "
-                         "with the subject's newest version")
+                         "with the subject's newest version. debezium-avro: the Avro schema of the table's Value "
+                         "record (or a whole Debezium Envelope, its after's record taken); without it the dataset "
+                         "code's AVRO_VALUE (a dict), else the Envelope the subject already holds")
+    pr.add_argument("--json-schemas", action=argparse.BooleanOptionalAction,
+                    help="debezium-json: wrap key and value as {\"schema\": ..., \"payload\": ...}, as the JSON "
+                         "converter does with schemas.enable=true (the default); --no-json-schemas: the bare key "
+                         "and envelope (schemas.enable=false)")
 
 
 def _check_produce(args) -> None:

@@ -78,6 +78,15 @@ PROVENANCE = contract(
 # A changelog's change rows carry the tombstone flag; its latest-state table drops it.
 DELETED = contract(("_deleted", "boolean", "the record is a tombstone (null value): the key is deleted"))
 
+# A Debezium change event's own provenance (``envelope: debezium``): what the database did and
+# where in its log.
+CDC = contract(
+    ("_op", "string", "c (insert), u (update), d (delete; a tombstone reads d too), r (a snapshot read)"),
+    ("_source_time", "timestamp", "when the database made the change (source.ts_ms, else the event's ts_ms)"),
+    ("_source_position", "string", "the event's source block as JSON: connector, database, table and its "
+                                   "log position (lsn, binlog file and pos, ...)"),
+)
+
 # One table per dataset shared by both layers, told apart by ``_layer``.
 QUARANTINE = PROVENANCE + contract(
     ("_layer", "string", "speed | batch: the layer that quarantined the record"),
@@ -91,9 +100,11 @@ LAYERS = ("speed", "batch")  # values of QUARANTINE's _layer
 
 def valid_rows(ds) -> Contract:
     """What a dataset's transform receives, in both layers: its typed fields (in schema
-    order), ``_deleted`` for a changelog, then the provenance columns."""
+    order), ``_deleted`` for a changelog, then the provenance columns (a Debezium topic's
+    ``CDC`` columns after Kafka's)."""
     fields = contract(*((name, FIELD_TYPES.get(spec.type, spec.type)) for name, spec in ds.fields.items()))
-    return fields + (DELETED if ds.kind == "changelog" else contract()) + PROVENANCE
+    return (fields + (DELETED if ds.kind == "changelog" else contract()) + PROVENANCE
+            + (CDC if getattr(ds, "envelope", "plain") == "debezium" else contract()))
 
 
 # --- loglake's own tables ---------------------------------------------------------------

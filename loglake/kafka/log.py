@@ -1,38 +1,96 @@
-"""What the log holds: the offsets (and for changelogs the keys and tombstones) Kafka retains
+"""What the log holds: the offsets (and for changelogs the keys and deletes) Kafka retains
 in given ranges, read with confluent-kafka as the tables' writers read it (committed records
-only). The audit compares the tables with it."""
+only). The audit compares the tables with it.
+
+A changelog's record says which key it changes and whether it deletes it (``record_change``):
+a plain changelog's key is its record key's text and a tombstone deletes; a Debezium topic's key
+is its record key's fields (JSON, with or without the converter's schema wrapper, or Avro through
+the registry, read with confluent-kafka's own deserializer: ``loglake.schemaregistry.serializers``)
+and ``op = d`` deletes too. Its
+fields' texts are joined with ``KEY_SEPARATOR``, as ``key_text_sql`` joins a table's key columns.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from array import array
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from loglake.core.config import Config
+from loglake.core.config import Config, Dataset
 from loglake.core.errors import KafkaUnavailableError
 
 STALL_SECONDS = 30.0  # no record and no end-of-partition for this long: the broker is gone
+KEY_SEPARATOR = "\x1f"  # between a key's fields' texts (ASCII's unit separator)
+
+# (record key bytes, value bytes) -> (the key's text, or None when it has none; whether it deletes it)
+Change = Callable[["bytes | None", "bytes | None"], "tuple[str | None, bool]"]
+
+
+def key_text(values) -> str:
+    """A key's identity from its fields' values, as ``key_text_sql`` reads it from a table
+    (a value as Delta's SQL casts it to text)."""
+    return KEY_SEPARATOR.join(v if isinstance(v, str) else json.dumps(v) for v in values)
+
+
+def key_text_sql(keys: list[str]) -> str:
+    """The SQL (DataFusion) of a table's key as text, the fields joined as ``record_change`` joins them."""
+    texts = [f'CAST("{k}" AS VARCHAR)' for k in keys]
+    return texts[0] if len(texts) == 1 else "concat_ws(chr(31), " + ", ".join(texts) + ")"
+
+
+def _plain(key: bytes | None, value: bytes | None) -> tuple[str | None, bool]:
+    return (None if key is None else key.decode("utf-8", "replace")), value is None
+
+
+def _unwrapped(doc, marker: str):
+    if isinstance(doc, dict) and marker not in doc and isinstance(doc.get("payload"), dict):
+        return doc["payload"]
+    return doc
+
+
+def _debezium_json(keys: list[str]) -> Change:
+    def change(key: bytes | None, value: bytes | None) -> tuple[str | None, bool]:
+        try:
+            k = _unwrapped(json.loads(key), keys[0]) if key is not None else None
+            v = _unwrapped(json.loads(value), "op") if value is not None else None
+        except (ValueError, UnicodeDecodeError):
+            return None, False
+        if not isinstance(k, dict) or any(f not in k or k[f] is None for f in keys):
+            return None, False
+        return key_text(k[f] for f in keys), v is None or (isinstance(v, dict) and v.get("op") == "d")
+    return change
+
+
+def record_change(ds: Dataset) -> Change:
+    """What a record of a changelog ``ds`` in JSON changes: its key's text, whether it deletes it
+    (a registry format's: ``loglake.schemaregistry.serializers.debezium_change``)."""
+    return _debezium_json(ds.keys) if ds.debezium else _plain
 
 
 @dataclass
 class LogPartition:
     """What one partition of the log holds below a limit: offsets, and for changelogs the
-    record keys and whether each record is a tombstone (null value)."""
+    record keys and whether each record deletes its key (a tombstone; Debezium's op d)."""
 
     offsets: np.ndarray
     keys: list[str | None] | None = None
     tombstone: np.ndarray | None = None
 
 
-def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], keys: bool = False) -> dict[int, LogPartition]:
+def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]],
+             changes: Change | None = None) -> dict[int, LogPartition]:
     """The offsets the log actually holds in ``[start, end)`` per partition (``ranges``).
 
     Offsets need not be contiguous (transaction markers, compaction), so they are read,
-    never computed from end - start. ``keys``: also keep record keys and tombstone flags.
+    never computed from end - start. ``changes``: also keep each record's key and whether it
+    deletes it (``record_change``).
     """
+    keys = changes is not None
 
     consumer = Consumer(config.kafka_client_conf(**{
         "group.id": "loglake-audit",
@@ -79,9 +137,9 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]], key
                 if o < end:
                     found[p].append(o)
                     if keys:
-                        k = m.key()
-                        found_keys[p].append(None if k is None else k.decode("utf-8", "replace"))
-                        found_tomb[p].append(m.value() is None)
+                        k, deletes = changes(m.key(), m.value())
+                        found_keys[p].append(k)
+                        found_tomb[p].append(deletes)
                 if o >= end - 1:
                     done.add(p)
             if done:

@@ -349,8 +349,8 @@ def idempotent_dml(spark: SparkSession, app_id: str, version: int):
         spark.conf.unset(_TXN_VERSION)
 
 
-def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
-    """The newest change per key.
+def latest_per_key(changes: DataFrame, key: str | Sequence[str]) -> DataFrame:
+    """The newest change per key (``key``: its field, or its fields).
 
     Offsets order changes only within a partition: a key's newest change in each partition
     is its highest offset there. A key's changes live in one partition (the producer hashes
@@ -359,10 +359,17 @@ def latest_per_key(changes: DataFrame, key: str) -> DataFrame:
     the one with the newest Kafka timestamp (then the higher partition), never a
     comparison of offsets of different partitions.
     """
+    keys = [key] if isinstance(key, str) else list(key)
     in_partition = F.max_by(F.struct(*changes.columns), F.col("_offset"))
-    per_partition = changes.groupBy(key, "_partition").agg(in_partition.alias("_row")).select("_row.*")
+    per_partition = changes.groupBy(*keys, "_partition").agg(in_partition.alias("_row")).select("_row.*")
     across = F.max_by(F.struct(*changes.columns), F.struct("_kafka_timestamp", "_partition"))
-    return per_partition.groupBy(key).agg(across.alias("_row")).select("_row.*")
+    return per_partition.groupBy(*keys).agg(across.alias("_row")).select("_row.*")
+
+
+def key_match(key: str | Sequence[str], left: str = "t", right: str = "s") -> str:
+    """The SQL condition that rows ``left`` and ``right`` have the same key (its field or fields)."""
+    keys = [key] if isinstance(key, str) else list(key)
+    return " AND ".join(f"{left}.`{k}` = {right}.`{k}`" for k in keys)
 
 
 _known_columns: dict[str, tuple[str, ...]] = {}  # latest-state tables whose columns were checked, by path
@@ -373,7 +380,8 @@ NEWER = ("(s._partition = t._partition AND s._offset > t._offset) OR (s._partiti
          "s._partition > t._partition)))")
 
 
-def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, app_id: str, version: int,
+def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str | Sequence[str], app_id: str,
+                 version: int,
                  stats: Sequence[str] | None = None, *, checked: bool = True, store=None) -> int:
     """Fold a batch of changes into the latest-state table at ``path``; returns the attempts made.
 
@@ -398,7 +406,7 @@ def merge_latest(spark: SparkSession, changes: DataFrame, path: str, key: str, a
         with (idempotent_dml(spark, app_id, version) if checked else nullcontext()), \
                 commit_metadata(spark, stream_metadata(app_id, version, _session_metadata(spark))):
             (DeltaTable.forPath(spark, path).alias("t")
-             .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
+             .merge(newest.alias("s"), key_match(key))
              .whenMatchedDelete(condition=f"s._deleted AND ({newer})")
              .whenMatchedUpdate(condition=f"NOT s._deleted AND ({newer})",
                                 set={c: f"s.`{c}`" for c in state_cols})

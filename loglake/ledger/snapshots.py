@@ -248,6 +248,8 @@ def pin(config: Config, ds: Dataset, as_of_ms: int | None = None) -> DatasetSnap
     elif open_table(batch_path, store=store) is None:
         batch_version = None
     versions["batch"] = batch_version
+    if ds.tables.history:  # after the ledger: at least as new as the watermarks (swapped in before a publish)
+        versions["history"] = _version_at(config.table_path(ds, "history"), as_of_ms, store)
     return DatasetSnapshot(ds.name, versions, quarantine_version, ledger_version, rows)
 
 

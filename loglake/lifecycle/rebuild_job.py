@@ -92,7 +92,7 @@ def rebuild_latest(spark: SparkSession, config: Config, ds: Dataset, run_id: str
     changes = None
     if ranges:
         changes = validation.apply_transform(validation.valid_rows(validation.validate(read_ranges(spark, config, ranges), ds), ds), ds)
-        delta_io.merge_latest(spark, changes, path, ds.key, f"loglake-rebuild-{ds.name}-{run_id}", 0,
+        delta_io.merge_latest(spark, changes, path, ds.keys, f"loglake-rebuild-{ds.name}-{run_id}", 0,
                               ds.stats_columns, store=config.object_store)
     rows = spark.read.format("delta").load(path).count() if delta_io.table_exists(spark, path) else 0
     return RebuildSummary(dataset=ds.name, run_id=run_id, layer="latest", set_aside=aside,

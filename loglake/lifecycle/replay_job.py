@@ -126,8 +126,8 @@ def _correct_latest(spark: SparkSession, config: Config, ds: Dataset, moved: Dat
     (batch state as of W_p with the speed changes at or above W_p, the replayed ones among
     them, newest per key): an older replayed change never overwrites a newer one, and one
     whose key a later tombstone deleted does not bring it back."""
-    path, key = config.table_path(ds, "latest"), ds.key
-    keys = moved.select(key).distinct()
+    path, key = config.table_path(ds, "latest"), ds.keys
+    keys = moved.select(*key).distinct()
     if not delta_io.table_exists(spark, path):
         delta_io.create_if_missing(serving_view(spark, config, ds).limit(0), path, ds.stats_columns)
 
@@ -135,7 +135,7 @@ def _correct_latest(spark: SparkSession, config: Config, ds: Dataset, moved: Dat
         view = serving_view(spark, config, ds)
         cols = view.columns
         source = keys.join(view.withColumn("_present", F.lit(True)), key, "left")
-        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), f"t.`{key}` = s.`{key}`")
+        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), delta_io.key_match(key))
          .whenMatchedDelete(condition="s._present IS NULL")
          .whenMatchedUpdate(condition="s._present", set={c: f"s.`{c}`" for c in cols})
          .whenNotMatchedInsert(condition="s._present", values={c: f"s.`{c}`" for c in cols})

@@ -164,7 +164,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             seed: int | None = None, topic: str | None = None, progress: bool = False,
             acked: list[tuple[int, int]] | None = None, malformed: list[tuple[int, int]] | None = None,
             transactional: bool = False, transaction_size: int = 100, abort_every: int = 3,
-            encoder: "Encoder | None" = None) -> ProduceResult:
+            encoder: "Encoder | None" = None, debezium=None) -> ProduceResult:
     """Produce ``count`` generated records to the dataset's topic (created if missing).
 
     Idempotent producer: ``acks=all`` + ``enable.idempotence`` so a retry never
@@ -182,8 +182,16 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     ``encoder``: values in a Schema Registry format, written by confluent-kafka's serializer
     (``loglake.schemaregistry.serializers.encoder``); malformed ones are then broken in that
     format's ways (no magic byte, an unknown schema id, a payload that does not decode).
+
+    ``debezium``: a Debezium change stream of ``ds``'s table instead, in that encoding
+    (``loglake.local.debezium.encoding``): ``last_value`` then holds each key's newest ``after``
+    (None once deleted), ``tombstones`` the null values that follow the deletes.
     """
-    if encoder is None and ds.in_registry:  # by confluent-kafka's serializer, the subject's newest version
+    if debezium is not None and encoder is not None:
+        raise ValueError("give encoder (values of the dataset's own generator) or debezium (a change stream), "
+                         "not both")
+    # By confluent-kafka's serializer, the subject's newest version.
+    if encoder is None and debezium is None and ds.in_registry:
         from loglake.schemaregistry.serializers import encoder as registry_encoder
 
         encoder = registry_encoder(config, ds, topic)
@@ -231,8 +239,8 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
             pending.clear()
         else:
             producer.commit_transaction(60)  # flushes: every delivery report is in
-            for _key, _value, ok, obj in in_txn:
-                _count_record(result, ds, obj, ok)
+            for _key, value, ok, obj in in_txn:
+                _count_record(result, ds, obj, ok, tombstone=value is None)
             _count_delivered(result, pending, acked, malformed)
             pending.clear()
         result.transactions += 1
@@ -246,7 +254,9 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
         if transactional:
             producer.init_transactions(60)
             producer.begin_transaction()
-        for i, (key, value, ok, obj) in enumerate(_records(ds, count, bad_fraction, seed, encoder)):
+        records = (debezium.records(count, bad_fraction, seed) if debezium is not None
+                   else _records(ds, count, bad_fraction, seed, encoder))
+        for i, (key, value, ok, obj) in enumerate(records):
             while True:
                 try:
                     producer.produce(topic, key=key, value=value, on_delivery=functools.partial(on_delivery, ok=ok))
@@ -262,7 +272,7 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
                     if i < count - 1:
                         producer.begin_transaction()
             else:
-                _count_record(result, ds, obj, ok)
+                _count_record(result, ds, obj, ok, tombstone=value is None)
             if bar is not None and (i + 1) % 1000 == 0:
                 bar.update(1000)
             if rate:
@@ -282,12 +292,15 @@ def produce(config: Config, ds: Dataset, count: int, *, rate: float | None = Non
     return result
 
 
-def _count_record(result: ProduceResult, ds: Dataset, record: tuple[str, dict | None], ok: bool) -> None:
+def _count_record(result: ProduceResult, ds: Dataset, record: tuple[str, dict | None], ok: bool,
+                  tombstone: bool) -> None:
+    """Count one record; ``record``: its key's text and the row it leaves (None: deleted), which
+    for a Debezium delete (not a tombstone itself: its value is the envelope) is None too."""
     key, value = record
     result.records += 1
     if ok:
         result.good += 1
-        if value is None:
+        if tombstone:
             result.tombstones += 1
         if ds.kind == "changelog":
             result.last_value[key] = value

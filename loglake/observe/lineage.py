@@ -30,10 +30,10 @@ from loglake.core.config import Config, Dataset
 
 SCHEMA = "https://github.com/loglake/loglake/blob/main/docs/observability.md#lineage"
 
-# The tables each job writes, by layer (LAYERS in loglake.core.config).
-WRITES = {"batch": ("batch", "quarantine"), "quality": ("batch",),
+# The tables each job writes, by layer (TABLE_LAYERS in loglake.core.config; a dataset without one skips it).
+WRITES = {"batch": ("batch", "quarantine", "history"), "quality": ("batch", "history"),
           "rebuild": ("batch", "speed", "quarantine", "latest"), "replay": ("batch", "speed", "quarantine"),
-          "maintenance": ("speed", "batch", "quarantine")}
+          "maintenance": ("speed", "batch", "quarantine", "history")}
 
 _said: set[str] = set()
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from loglake.core.config import Config, Dataset
 from loglake.kafka.admin import group_offsets, log_bounds
-from loglake.kafka.log import LogPartition, read_log
+from loglake.kafka.log import LogPartition, key_text_sql, read_log, record_change
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.leases import holders
 from loglake.ledger.ranges import ledger_path, ledger_rows
@@ -45,10 +45,19 @@ from loglake.tables import open_table
 from loglake.ops.audit_report import AuditResult, AuditRow, AuditTotals, LostRange, iso, row, write_results
 from loglake.ops.coverage import Coverage, check_exactly_once, check_latest_state
 
+def _changes(config: Config, ds: Dataset):
+    """What each record of changelog ``ds`` changes (``loglake.kafka.log.Change``)."""
+    if ds.debezium and ds.in_registry:
+        from loglake.schemaregistry.serializers import debezium_change
+
+        return debezium_change(config, ds)
+    return record_change(ds)
+
+
 def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra: str = "",
                    version: int | None = None) -> dict[int, dict]:
-    """Per partition, a table's ``_offset`` values (and ``extra`` column as ``x``) for ``topic``,
-    at the pinned ``version`` (None: no table at the pinned point)."""
+    """Per partition, a table's ``_offset`` values (and the SQL expression ``extra`` as ``x``) for
+    ``topic``, at the pinned ``version`` (None: no table at the pinned point)."""
     import pyarrow as pa
     from deltalake import QueryBuilder
 
@@ -56,7 +65,7 @@ def _table_offsets(config: Config, path: str, topic: str, where: str = "", extra
     table = None if version is None else open_table(path, version, config.object_store)
     if table is None:
         return {}
-    cols = '"_partition", "_offset"' + (f', CAST("{extra}" AS VARCHAR) AS x' if extra else "")
+    cols = '"_partition", "_offset"' + (f', {extra} AS x' if extra else "")
     topic_sql = topic.replace("'", "''")
     sql = f"SELECT {cols} FROM t WHERE \"_topic\" = '{topic_sql}'{where} ORDER BY \"_partition\", \"_offset\""
     data = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
@@ -129,7 +138,7 @@ class _TableReads:
         return self._read[path, where, version]
 
     def rows(self, layer: str, version: int | None) -> dict:
-        keys = self.ds.key if layer == "batch" and self.ds.kind == "changelog" else ""
+        keys = key_text_sql(self.ds.keys) if layer == "batch" and self.ds.kind == "changelog" else ""
         return self._offsets(self.config.table_path(self.ds, layer), "", keys, version)
 
     def quarantined(self, layer: str, version: int | None) -> dict:
@@ -217,7 +226,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
     log_started = time.monotonic()
     log = read_log(config, ds.topic, {p: (min(pl[p]["batch"][0] for pl in plans.values()),
                                           max(pl[p]["speed"][1] for pl in plans.values())) for p in bounds},
-                   keys=ds.kind == "changelog")
+                   changes=_changes(config, ds) if ds.kind == "changelog" else None)
     log_seconds = time.monotonic() - log_started
     # Retention may have deleted offsets while we read: check only what is still retained.
     after = log_bounds(config, ds.topic)

@@ -204,11 +204,15 @@ def run_quality(spark: SparkSession, config: Config, ds: Dataset, plan: Plan, ru
 
 def swap_in(spark: SparkSession, config: Config, ds: Dataset, ranges, run_id: str) -> None:
     """Replace the served rows with the validated ones written aside: one Delta commit per
-    table (batch, then quarantine). Readers serve the batch table at the version the publish
+    table (a changelog's history, batch, then quarantine). Readers serve the batch table at the version the publish
     records next (``loglake.ledger.snapshots``), so they switch from the old rows to the new at once."""
     staged = {layer: spark.read.format("delta").load(staging_path(config, ds, run_id, layer))
               for layer in ("batch", "quarantine")}
     batch_path, quarantine_path = config.table_path(ds, "batch"), config.table_path(ds, "quarantine")
+    if ds.history == "scd2":  # first: the history view drops a change it holds twice, never one it lacks
+        check_lease(f"swap in {ds.tables.history}")
+        (delta_io.to_delta(spark.read.format("delta").load(staging_path(config, ds, run_id, "history")), "overwrite",
+                           ds.stats_columns).option("mergeSchema", "true").save(config.table_path(ds, "history")))
     if ds.kind == "changelog":
         # mergeSchema, never overwriteSchema: a column is never dropped from a served table
         # (a field's removal is refused at config load, loglake.schema_versions).

@@ -42,6 +42,10 @@ def _with_sentinel(reader: str) -> str:
     return json.dumps(schema)
 
 
+OPS = ("c", "u", "d", "r")  # Debezium's ops: insert, update, delete, a snapshot read
+UPSERTS = ("c", "u", "r")
+
+
 def reason(code: str, message: Column | str) -> Column:
     """A quarantine reason: its code and message (the JSON path's too)."""
     msg = F.lit(message) if isinstance(message, str) else message
@@ -92,6 +96,18 @@ def _protobuf(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callab
 DECODERS = {"avro": _avro, "json-schema": _json, "protobuf": _protobuf}
 
 
+def _envelope_fields(reader: str) -> dict[str, tuple[str, ...]]:
+    """A Debezium Avro envelope's fields, each with its own fields when it is a record (the
+    source block's: which of them the events carry)."""
+    def record_fields(t) -> tuple[str, ...]:
+        for branch in t if isinstance(t, list) else [t]:
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                return tuple(f["name"] for f in branch["fields"])
+        return ()
+
+    return {f["name"]: record_fields(f["type"]) for f in json.loads(reader)["fields"]}
+
+
 def _wire(column: str) -> tuple[Column, Column, Column]:
     """The registry wire format of a binary column: (whether it is framed: the magic byte and
     a 4-byte id at least; the schema id; the payload after them)."""
@@ -100,30 +116,35 @@ def _wire(column: str) -> tuple[Column, Column, Column]:
             F.expr(f"substr({column}, 6)"))
 
 
-def _key(ds: Dataset) -> Column:
-    """The record key as text (what the key checks compare): the key as it is, or one in a
-    registry format decoded with its own writer's schema (a primitive, or a record's one field).
-    A key that does not decode (another id, a payload of another schema) reads null."""
+def _keys(ds: Dataset) -> dict[str, Column]:
+    """Each key field's text as the record key gives it (what the key checks compare): the key
+    as it is, or one in a registry format decoded with its own writer's schema (a primitive, or
+    a record's one field; a Debezium key: a record of the key's fields). A key that does not
+    decode (another id, a payload of another schema) reads null."""
     schemas = ds.registry
     if ds.key_format == "string":
-        return F.col("key").cast("string")
+        if ds.debezium:  # a JSON key (the JSON converter's), its fields read from it
+            key = F.try_parse_json(F.col("key").cast("string"))
+            return {k: F.try_variant_get(key, f"$.{k}", "string") for k in ds.keys}
+        return {ds.key: F.col("key").cast("string")}
     from pyspark.sql.avro.functions import from_avro
 
     framed, kid, payload = _wire("key")
-    field = schemas.key_field
-    out = None
+    fields = ds.keys if ds.debezium else [schemas.key_field]
+    out: dict[str, Column | None] = {k: None for k in (ds.keys if ds.debezium else [ds.key])}
     for w in schemas.key_writers:
         if w.refused is not None:
             continue
+        when = framed & (kid == w.id)
         if ds.key_format == "avro":
-            v = from_avro(payload, w.schema_str, {"mode": "PERMISSIVE"})
-            v = v.getField(field) if field else v
+            record = from_avro(payload, w.schema_str, {"mode": "PERMISSIVE"})
+            values = [record.getField(f) if f else record for f in fields]
         else:
             text = payload.cast("string")
-            v = F.get_json_object(text, f"$.{field}") if field else F.regexp_replace(text, r'^"|"$', "")
-        when = framed & (kid == w.id)
-        out = F.when(when, v.cast("string")) if out is None else out.when(when, v.cast("string"))
-    return out if out is not None else F.lit(None).cast("string")
+            values = [F.get_json_object(text, f"$.{f}") if f else F.regexp_replace(text, r'^"|"$', "") for f in fields]
+        for k, v in zip(out, values):
+            out[k] = F.when(when, v.cast("string")) if out[k] is None else out[k].when(when, v.cast("string"))
+    return {k: v if v is not None else F.lit(None).cast("string") for k, v in out.items()}
 
 
 def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
@@ -131,24 +152,34 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     columns renamed, the value decoded, the fields and the reason."""
     schemas = ds.registry
     framed, value_id, payload = _wire("value")
+    keys = _keys(ds)
     base = [
         F.col("topic").alias("_topic"), F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
         F.col("timestamp").alias("_kafka_timestamp"), "key", "value",
-        _key(ds).alias("_key"), value_id.alias("_schema_id"),
+        *[text.alias(f"_key_{k}") for k, text in keys.items()], value_id.alias("_schema_id"),
     ]
-    value, sid, key = F.col("value"), F.col("_schema_id"), F.col("_key")
+    keys = {k: F.col(f"_key_{k}") for k in keys}
+    value, sid = F.col("value"), F.col("_schema_id")
     decoded, failed = DECODERS[ds.format](ds, payload, sid)
     checked = ["*", F.when(framed, decoded).alias("_decoded")]
+    envelope = F.col("_decoded")
+    row = envelope.getField("after") if ds.debezium else envelope
+    op = envelope.getField("op") if ds.debezium else None
 
     value_null = value.isNull()
+    deleted = (value_null | (op == "d")) if ds.debezium else value_null
     known = {w.id: w for w in schemas.writers}
     checks = [F.when(F.octet_length(value) > ds.max_value_bytes, reason(
         "oversized", F.concat(F.lit("value of "), F.octet_length(value).cast("string"),
                               F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
     if ds.kind == "events":
         checks.append(F.when(value_null, reason("null_value", "event topics take no null values (tombstones)")))
+    elif ds.debezium:
+        for k, text in keys.items():
+            checks.append(F.when(value_null & text.isNull(), reason(
+                "null_key", f"a delete (op d or a tombstone) whose record key has no field {k!r}")))
     else:
-        checks.append(F.when(value_null & key.isNull(), reason("null_key", "tombstone without a key")))
+        checks.append(F.when(value_null & keys[ds.key].isNull(), reason("null_key", "tombstone without a key")))
     checks.append(F.when(~value_null & ~framed, reason(
         "no_magic_byte", "value does not start with the Schema Registry magic byte 0 and a 4-byte schema id "
                          f"(not written by a serializer of subject {schemas.subject}'s registry)")))
@@ -161,21 +192,46 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
     checks.append(F.when(~value_null & failed(F.col("_decoded")), reason(
         "undecodable", F.concat(F.lit("payload does not decode with schema id "), sid.cast("string"),
                                 F.lit(f" (subject {schemas.subject})")))))
-    fields = {n: F.col("_decoded").getField(n) for n in ds.fields}
+    if ds.debezium:
+        present = ~value_null
+        checks += [
+            F.when(present & op.isNull(), reason(
+                "malformed_envelope", "the decoded value has no op: not a Debezium change event")),
+            F.when(present & ~op.isin(*OPS), reason(
+                "unknown_op", F.concat(F.lit("op "), op, F.lit(f" is not one of {', '.join(OPS)}")))),
+            F.when(present & op.isin(*UPSERTS) & row.isNull(), reason(
+                "missing_after", F.concat(F.lit("op "), op, F.lit(" without an after row")))),
+        ]
+    fields = {n: row.getField(n) for n in ds.fields}
     for n, f in ds.fields.items():  # JSON may leave out what its schema requires; Avro cannot
         if f.required:
-            checks.append(F.when(~value_null & fields[n].isNull(), reason(
+            checks.append(F.when(~deleted & fields[n].isNull(), reason(
                 "missing_field", f"required field {n!r} is missing or null")))
     if ds.kind == "changelog":
-        k = fields[ds.key]
-        checks.append(F.when(~value_null & (key.isNull() | (key != k.cast("string"))), reason(
-            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(key, F.lit("null")),
-                                     F.lit(f" differs from field {ds.key!r} = "),
-                                     F.coalesce(k.cast("string"), F.lit("null"))))))
-        fields[ds.key] = F.when(value_null, key.cast(ds.fields[ds.key].type)).otherwise(k)
+        for name, text in keys.items():
+            k = fields[name]
+            if ds.debezium:
+                message = F.concat(F.lit(f"record key field {name!r} = "), F.coalesce(text, F.lit("(none)")),
+                                   F.lit(f" differs from after's {name!r} = "),
+                                   F.coalesce(k.cast("string"), F.lit("null")))
+            else:
+                message = F.concat(F.lit("record key "), F.coalesce(text, F.lit("null")),
+                                   F.lit(f" differs from field {name!r} = "), F.coalesce(k.cast("string"), F.lit("null")))
+            checks.append(F.when(~deleted & (text.isNull() | (text != k.cast("string"))), reason("key_mismatch",
+                                                                                                message)))
+            fields[name] = F.when(deleted, text.cast(ds.fields[name].type)).otherwise(k)
     why = F.coalesce(*checks)
     out = [fields[n].alias(n) for n in ds.fields]
     if ds.kind == "changelog":
-        out.append(value_null.alias("_deleted"))
+        out.append(deleted.alias("_deleted"))
+    if ds.debezium:
+        names = _envelope_fields(schemas.reader)
+        source = envelope.getField("source") if "source" in names else F.lit(None)
+        millis = F.coalesce(*[c for c, there in ((source.getField("ts_ms"), "ts_ms" in names.get("source", ())),
+                                                 (envelope.getField("ts_ms"), "ts_ms" in names)) if there],
+                            F.lit(None).cast("bigint"))
+        out += [F.when(value_null, F.lit("d")).otherwise(op).alias("_op"),
+                F.when(millis.isNotNull(), F.timestamp_millis(millis)).alias("_source_time"),
+                F.when(source.isNotNull(), F.to_json(source)).alias("_source_position")]
     final = [*provenance, "key", "value", why.alias("_reason"), *out]
     return base, checked, final

@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 
 from loglake.core import contracts
 from loglake.core.config import Dataset, FieldSpec
-from loglake.records import decode
+from loglake.core.contracts import FIELD_TYPES
+from loglake.records import debezium, decode
 from loglake.records.decode import reason as _reason
 
 PROVENANCE = contracts.PROVENANCE.names
@@ -110,22 +111,29 @@ def _fast(ds: Dataset, vs: Column) -> tuple[Column, dict[str, Column]]:
     return F.coalesce(ok, F.lit(False)), values  # a null anywhere (a missing field) is "not accepted"
 
 
-def _exact(ds: Dataset, vs: Column, value_null: Column, key: Column) -> tuple[Column, dict[str, Column]]:
+def _exact(ds: Dataset, vs: Column, deleted: Column, keys: dict[str, Column]) -> tuple[Column, dict[str, Column]]:
     """The exact rules: (reason or null, typed value per field), from the value's VARIANT.
 
-    Used for the records the fast path does not accept (malformed ones, tombstones, odd but
-    valid JSON): it names the first rule a record breaks.
+    Used for the records the fast path does not accept (malformed ones, deletes, odd but
+    valid JSON): it names the first rule a record breaks. ``deleted``: the record deletes its
+    key (a changelog's tombstone, a Debezium delete); ``keys``: each key field's text as the
+    record key gives it.
     """
     v = F.try_parse_json(vs)
     checks: list[Column] = [F.when(F.octet_length("value") > ds.max_value_bytes, _reason(
         "oversized", F.concat(F.lit("value of "), F.octet_length("value").cast("string"),
                               F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
     if ds.kind == "events":
-        checks.append(F.when(value_null, _reason("null_value", "event topics take no null values (tombstones)")))
+        checks.append(F.when(deleted, _reason("null_value", "event topics take no null values (tombstones)")))
+    elif ds.debezium:
+        checks.extend(debezium.checks(ds))
+        for k, text in keys.items():
+            checks.append(F.when(deleted & text.isNull(), _reason(
+                "null_key", f"a delete (op d or a tombstone) whose record key has no field {k!r}")))
     else:
-        checks.append(F.when(value_null & key.isNull(), _reason("null_key", "tombstone without a key")))
-    checks.append(F.when(~value_null & v.isNull(), _reason("bad_json", "value is not valid JSON")))
-    checks.append(F.when(~value_null & ~vs.rlike(r"^\s*\{"), _reason("not_an_object", "value is not a JSON object")))
+        checks.append(F.when(deleted & keys[ds.key].isNull(), _reason("null_key", "tombstone without a key")))
+    checks.append(F.when(~deleted & v.isNull(), _reason("bad_json", "value is not valid JSON")))
+    checks.append(F.when(~deleted & ~vs.rlike(r"^\s*\{"), _reason("not_an_object", "value is not a JSON object")))
     values: dict[str, Column] = {}
     for name, spec in ds.fields.items():
         path = f"$.{name}"
@@ -137,12 +145,17 @@ def _exact(ds: Dataset, vs: Column, value_null: Column, key: Column) -> tuple[Co
         else:
             x = F.try_variant_get(v, path, _SQL_TYPE[spec.type])
         values[name] = x
-        checks.extend(F.when(~value_null, c) for c in _field_checks(name, spec, t, x, s))
+        checks.extend(F.when(~deleted, c) for c in _field_checks(name, spec, t, x, s))
     if ds.kind == "changelog":
-        k = values[ds.key].cast("string")
-        checks.append(F.when(~value_null & (key.isNull() | (key != k)), _reason(
-            "key_mismatch", F.concat(F.lit("record key "), F.coalesce(key, F.lit("null")),
-                                     F.lit(f" differs from field {ds.key!r} = "), F.coalesce(k, F.lit("null"))))))
+        for k, text in keys.items():
+            field = values[k].cast("string")
+            if ds.debezium:
+                message = F.concat(F.lit(f"record key field {k!r} = "), F.coalesce(text, F.lit("(none)")),
+                                   F.lit(f" differs from after's {k!r} = "), F.coalesce(field, F.lit("null")))
+            else:
+                message = F.concat(F.lit("record key "), F.coalesce(text, F.lit("null")),
+                                   F.lit(f" differs from field {k!r} = "), F.coalesce(field, F.lit("null")))
+            checks.append(F.when(~deleted & (text.isNull() | (text != field)), _reason("key_mismatch", message)))
     return F.coalesce(*checks), values
 
 
@@ -161,15 +174,17 @@ def validate(raw: DataFrame, ds: Dataset, *, fast_path: bool = True) -> DataFram
     the last one wins on both paths (``spark.sql.variant.allowDuplicateKeys``, set by
     ``loglake.jobs.session``).
     """
-    base, checked, final = _projections(ds, fast_path)
-    return raw.select(*base).select(*checked).select(*final)
+    out = raw
+    for projection in _projections(ds, fast_path):
+        out = out.select(*projection)
+    return out
 
 
 _PROJECTIONS: dict = {}
 
 
-def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
-    """The three projections of ``validate``, built once per dataset definition and Spark
+def _projections(ds: Dataset, fast_path: bool) -> tuple[list, ...]:
+    """The projections of ``validate``, one after the other, built once per dataset definition and Spark
     context: building the Column trees costs hundreds of Py4J calls, too many to repeat every
     micro-batch."""
     sc = SparkContext._active_spark_context
@@ -178,36 +193,50 @@ def _projections(ds: Dataset, fast_path: bool) -> tuple[list, list, list]:
         return _PROJECTIONS[key]
     if ds.in_registry:  # the Schema Registry's wire format: its own decoder, the same output
         return _keep(key, decode.projections(ds, PROVENANCE))
-    base = [
-        F.col("topic").alias("_topic"),
-        F.col("partition").alias("_partition"),
-        F.col("offset").alias("_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
-        "key", "value",
-        F.col("key").cast("string").alias("_key"),
-        F.col("value").cast("string").alias("_vs"),
-    ]
-    vs, key_col, value_null = F.col("_vs"), F.col("_key"), F.col("value").isNull()
+    if ds.debezium:  # the envelope read first: the row's JSON, the delete, the key's fields
+        stages = debezium.stages(ds)
+        keys = {k: F.col(debezium.key_column(k)) for k in ds.keys}
+        deleted = F.col("_deleted_in")
+    else:
+        stages = [[
+            F.col("topic").alias("_topic"),
+            F.col("partition").alias("_partition"),
+            F.col("offset").alias("_offset"),
+            F.col("timestamp").alias("_kafka_timestamp"),
+            "key", "value",
+            F.col("key").cast("string").alias("_key"),
+            F.col("value").cast("string").alias("_vs"),
+        ]]
+        keys = {ds.key: F.col("_key")} if ds.kind == "changelog" else {}
+        deleted = F.col("value").isNull()
+    vs = F.col("_vs")
     fast_ok, fast = _fast(ds, vs)
     fast_ok = fast_ok & (F.octet_length("value") <= ds.max_value_bytes)
     if not fast_path:
         fast_ok = F.lit(False)
-    elif ds.kind == "changelog":
-        fast_ok = fast_ok & F.coalesce(key_col == fast[ds.key].cast("string"), F.lit(False))
-    reason, exact = _exact(ds, vs, value_null, key_col)
+    for k, text in keys.items():
+        fast_ok = fast_ok & F.coalesce(text == fast[k].cast("string"), F.lit(False))
+    reason, exact = _exact(ds, vs, deleted, keys)
     checked = ["*", fast_ok.alias("_fast_ok"), *[x.alias(f"_f_{n}") for n, x in fast.items()]]
     ok = F.col("_fast_ok")
     fields = [F.when(ok, F.col(f"_f_{n}")).otherwise(exact[n]).alias(n) for n in ds.fields]
     if ds.kind == "changelog":
-        # A tombstone's value is null: its key field comes from the record key.
-        fields = [F.when(ok, F.col(f"_f_{n}")).otherwise(F.coalesce(exact[n].cast("string"), key_col)).alias(n)
-                  if n == ds.key else f for n, f in zip(ds.fields, fields)]
-        fields.append(value_null.alias("_deleted"))
-    final = [*PROVENANCE, "key", "value", F.when(~ok, reason).alias("_reason"), *fields]
-    return _keep(key, (base, checked, final))
+        # A delete's key fields come from the record key (a tombstone's value is null).
+        if ds.debezium:
+            by_key = {k: F.when(ok, F.col(f"_f_{k}")).when(deleted, text.try_cast(FIELD_TYPES[ds.fields[k].type]))
+                      .otherwise(exact[k]).alias(k) for k, text in keys.items()}
+        else:
+            by_key = {ds.key: F.when(ok, F.col(f"_f_{ds.key}")).otherwise(
+                F.coalesce(exact[ds.key].cast("string"), keys[ds.key])).alias(ds.key)}
+        fields = [by_key.get(n, f) for n, f in zip(ds.fields, fields)]
+        fields.append(deleted.alias("_deleted"))
+    cdc = [F.when(F.col("value").isNull(), F.lit("d")).otherwise(F.col("_op")).alias("_op"), "_source_time",
+           "_source_position"] if ds.debezium else []
+    final = [*PROVENANCE, "key", "value", F.when(~ok, reason).alias("_reason"), *fields, *cdc]
+    return _keep(key, (*stages, checked, final))
 
 
-def _keep(key: tuple, projections: tuple[list, list, list]) -> tuple[list, list, list]:
+def _keep(key: tuple, projections: tuple[list, ...]) -> tuple[list, ...]:
     if len(_PROJECTIONS) > 32:  # bounded: a long test session sees many datasets
         _PROJECTIONS.clear()
     _PROJECTIONS[key] = projections

@@ -113,6 +113,35 @@ def parse(schema_str: str) -> dict:
     return schema
 
 
+def envelope_row(schema_str: str) -> str:
+    """The row record of a Debezium envelope (its ``after`` field's, ``["null", Value]``): what
+    the tables' columns are. Debezium names it once (in ``before``) and refers to it by name."""
+    schema = parse(schema_str)
+    if schema.get("type") != "record" or "after" not in {f["name"] for f in schema.get("fields", ())}:
+        raise ValueError("not a Debezium envelope: a record with before, after, op and source fields")
+    named: dict[str, dict] = {}
+
+    def collect(t, ns: str) -> None:
+        if isinstance(t, list):
+            for b in t:
+                collect(b, ns)
+        elif isinstance(t, dict) and t.get("type") == "record":
+            ns = t.get("namespace", ns)
+            full = t["name"] if "." in t["name"] else f"{ns}.{t['name']}".lstrip(".")
+            named[full] = named[t["name"]] = {**t, "namespace": ns} if ns else t
+            for f in t.get("fields", ()):
+                collect(f["type"], ns)
+
+    collect(schema, schema.get("namespace", ""))
+    after = next(f["type"] for f in schema["fields"] if f["name"] == "after")
+    for branch in after if isinstance(after, list) else [after]:
+        if isinstance(branch, dict) and branch.get("type") == "record":
+            return json.dumps(named.get(branch["name"], branch))
+        if isinstance(branch, str) and branch in named:
+            return json.dumps(named[branch])
+    raise ValueError("the envelope's after field is no record")
+
+
 def fields(schema_str: str) -> dict[str, RegistryField]:
     """The table's fields for the Avro record ``schema_str``, in its order: the Spark type of
     each, ``required`` unless it may be null or has a default."""

@@ -51,7 +51,7 @@ def with_fields(ds: Dataset, version: Version, schemas: RegistrySchemas | None =
         raise ConfigError(f"dataset {ds.name}: format {ds.format} is not read yet ({', '.join(KINDS)} are)",
                           key=f"datasets.{ds.name}.format")
     try:
-        fields = KINDS[ds.format].fields(version.schema_str)
+        fields = KINDS[ds.format].fields(avro.envelope_row(version.schema_str) if ds.debezium else version.schema_str)
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"dataset {ds.name}: subject {ds.subject_name} version {version.version} (id {version.id}) "
                           f"is not a schema loglake can read: {e}", key=f"datasets.{ds.name}.subject") from None
@@ -189,7 +189,7 @@ def key_schemas(config: Config, ds: Dataset) -> tuple[tuple[WriterSchema, ...], 
     out, field = [], None
     for v in found:
         try:
-            name, t = KEYS[ds.key_format](v.schema_str)
+            name, t = _debezium_key(ds, v.schema_str) if ds.debezium else KEYS[ds.key_format](v.schema_str)
             why = None
         except (ValueError, KeyError, TypeError) as e:
             name, t, why = None, None, f"key subject {ds.key_subject_name} version {v.version} (id {v.id}): {e}"
@@ -199,6 +199,21 @@ def key_schemas(config: Config, ds: Dataset) -> tuple[tuple[WriterSchema, ...], 
             want, field = t, name
         out.append(WriterSchema(id=v.id, version=v.version, schema_str=v.schema_str, refused=why))
     return tuple(out), field
+
+
+def _debezium_key(ds: Dataset, schema_str: str) -> tuple[None, str]:
+    """A Debezium key (an Avro record of the table's primary-key fields): it must hold the
+    dataset's key fields (each read as text for the key checks)."""
+    if ds.key_format != "avro":
+        raise ValueError(f"a Debezium key in {ds.key_format} is not read (key_format: avro, or string for JSON)")
+    schema = json.loads(schema_str)
+    if not (isinstance(schema, dict) and schema.get("type") == "record"):
+        raise ValueError("a Debezium key is a record of the table's primary-key fields")
+    have = [f["name"] for f in schema["fields"]]
+    missing = [k for k in ds.keys if k not in have]
+    if missing:
+        raise ValueError(f"the key record has no field {missing[0]!r} (it has {', '.join(have)})")
+    return None, "record<" + ",".join(ds.keys) + ">"
 
 
 def _avro_key(schema_str: str) -> tuple[str | None, str]:

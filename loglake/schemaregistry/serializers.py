@@ -124,3 +124,34 @@ def encoder(config: Config, ds: Dataset, topic: str | None = None, schema_file: 
         writing = writing.model_copy(update={"registry": writing.registry.model_copy(
             update={"key_writers": key_writers, "key_field": key_field})})
     return Encoder(config, writing, topic or ds.topic)
+
+
+def debezium_change(config: Config, ds: Dataset):
+    """What each record of a Debezium topic in Avro changes, for the audit
+    (``loglake.kafka.log.Change``): its key's text and whether it deletes it, read with
+    confluent-kafka's own deserializer and the registry, not with loglake's Spark decoder."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from loglake.kafka.log import key_text
+
+    registry = client(config)
+    keys, values = AvroDeserializer(registry), AvroDeserializer(registry)
+    key_context = SerializationContext(ds.topic, MessageField.KEY)
+    value_context = SerializationContext(ds.topic, MessageField.VALUE)
+
+    def change(key: bytes | None, value: bytes | None) -> tuple[str | None, bool]:
+        try:
+            k = keys(key, key_context) if key is not None else None
+        except Exception:  # noqa: BLE001 — a key that does not decode identifies no key (quarantined)
+            return None, False
+        if not isinstance(k, dict) or any(k.get(f) is None for f in ds.keys):
+            return None, False
+        if value is None:
+            return key_text(k[f] for f in ds.keys), True
+        try:
+            v = values(value, value_context)
+        except Exception:  # noqa: BLE001 — a value that does not decode is quarantined; it deletes nothing
+            return key_text(k[f] for f in ds.keys), False
+        return key_text(k[f] for f in ds.keys), isinstance(v, dict) and v.get("op") == "d"
+    return change

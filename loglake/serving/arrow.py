@@ -16,7 +16,10 @@ from loglake.core.errors import ConfigError, ParamError
 from loglake.core.plans import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
 from loglake.tables import dataset_tables, layer_table
+from loglake.serving import history
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
+
+HISTORY_VIEW = "history view"  # ``_find``'s layer for a dataset's history view
 
 # Delta type names (delta-rs) → SQL types, for a column one side of a view lacks.
 _SQL = {"string": "VARCHAR", "long": "BIGINT", "integer": "INT", "double": "DOUBLE", "boolean": "BOOLEAN",
@@ -49,6 +52,8 @@ def _find(config: Config, name: str) -> tuple[Dataset, str | None]:
     for ds in config.datasets.values():
         if name == ds.name:
             return ds, None
+        if ds.history == "scd2" and name == history.view_name(ds):
+            return ds, HISTORY_VIEW
         for t in dataset_tables(config, ds):
             if t.name == name:
                 return ds, t.layer
@@ -60,6 +65,8 @@ def read(config: Config, name: str):
 
     ds, layer = _find(config, name)
     snap = pin(config, ds)
+    if layer == HISTORY_VIEW:
+        return history_view(config, ds, snap)
     if layer is not None:
         version = snap.version(layer)
         if version is None:
@@ -79,18 +86,37 @@ def serving_view(config: Config, ds: Dataset, snap):
     return _run({side: t for side, t in tables.values()}, view_sql(config, ds, snap, tables))
 
 
+def history_view(config: Config, ds: Dataset, snap):
+    tables = {}
+    for side, layer in (("h", "history"), ("s", "speed")):
+        version = snap.version(layer)
+        if version is not None:
+            tables[layer] = (side, layer_table(config, ds, layer, version))
+    if not tables:
+        raise FileNotFoundError(f"dataset {ds.name} has no history or speed table yet")
+    return _run({side: t for side, t in tables.values()}, history_view_sql(config, ds, snap, tables))
+
+
+def _typed(table) -> dict[str, str]:
+    return {f.name: _SQL.get(getattr(f.type, "type", str(f.type)), "VARCHAR") for f in table.schema().fields}
+
+
+def history_view_sql(config: Config, ds: Dataset, snap, tables: dict) -> str:
+    """The history view's SQL (``loglake.serving.history``) over ``tables``: layer (history,
+    speed) → (the name it is registered under, the delta-rs table)."""
+    return history.view_of(ds, {layer: (tables[layer][0], _typed(tables[layer][1])) if layer in tables else None
+                                for layer in ("history", "speed")}, served_ranges(config, ds, snap))
+
+
 def view_sql(config: Config, ds: Dataset, snap, tables: dict) -> str:
     """The serving view's SQL (``loglake.serving.sql``) over ``tables``: layer (batch,
     speed) → (the name it is registered under, the delta-rs table); a layer absent: none."""
 
-    def typed(table) -> dict[str, str]:
-        return {f.name: _SQL.get(getattr(f.type, "type", str(f.type)), "VARCHAR") for f in table.schema().fields}
-
-    sides, columns = null_filled({layer: (tables[layer][0], typed(tables[layer][1])) if layer in tables else None
+    sides, columns = null_filled({layer: (tables[layer][0], _typed(tables[layer][1])) if layer in tables else None
                                   for layer in ("batch", "speed")})
     marks = served_ranges(config, ds, snap)
     if ds.kind == "changelog":
-        return changelog_view_sql(sides["batch"], sides["speed"], marks, ds.key, columns)
+        return changelog_view_sql(sides["batch"], sides["speed"], marks, ds.keys, columns)
     return events_view_sql(sides["batch"], sides["speed"], marks, columns)
 
 
@@ -169,6 +195,8 @@ def _known(config: Config) -> dict[str, tuple[Dataset, str | None]]:
     out: dict[str, tuple[Dataset, str | None]] = {}
     for ds in config.datasets.values():
         out[ds.name] = (ds, None)
+        if ds.history == "scd2":
+            out[history.view_name(ds)] = (ds, HISTORY_VIEW)
         out.update({t.name: (ds, t.layer) for t in dataset_tables(config, ds)})
     return out
 
@@ -222,13 +250,21 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
         ds, _layer = known[name]
         if ds.name not in snaps:
             snaps[ds.name] = snap = pin(config, ds, as_of_ms)
-            for layer in ("speed", "batch", "quarantine", "latest"):
+            for layer in ("speed", "batch", "quarantine", "latest", "history"):
                 version = snap.version(layer) if getattr(ds.tables, layer, None) else None
                 if version is not None:
                     tables[getattr(ds.tables, layer)] = (f'"{getattr(ds.tables, layer)}"',
                                                         layer_table(config, ds, layer, version))
     for name in sorted(used):
         ds, layer = known[name]
+        if layer == HISTORY_VIEW:
+            present = {lr: tables[getattr(ds.tables, lr)] for lr in ("history", "speed")
+                       if getattr(ds.tables, lr) in tables}
+            if not present:
+                raise ConfigError(f"dataset {ds.name} has no history or speed table{' at ' + as_of if as_of else ''} "
+                                  "yet (run the speed layer or a batch)", key="dataset")
+            views.append(f'"{name}" AS ({history_view_sql(config, ds, snaps[ds.name], present)})')
+            continue
         if layer is not None and name not in tables:
             # Spark has none either: said here, in loglake's words, with no JVM started to say it.
             raise ConfigError(f"table {name} does not exist{' at ' + as_of if as_of else ''} yet", key="sql")

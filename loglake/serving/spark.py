@@ -19,6 +19,7 @@ from loglake.lake.delta_io import table_exists
 from loglake.core.plans import parse_timestamp
 from loglake.ledger.snapshots import pin, served_ranges
 from loglake.tables import open_table
+from loglake.serving import history
 from loglake.serving.sql import changelog_view_sql, events_view_sql, null_filled
 
 _VERSION = re.compile(r"^\d+$")
@@ -42,7 +43,7 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
     for ds in config.datasets.values():
         snap = None if version is not None else pin(config, ds, as_of_ms)
         present = {}
-        for layer in ("speed", "batch", "quarantine", "latest"):
+        for layer in ("speed", "batch", "quarantine", "latest", "history"):
             name = getattr(ds.tables, layer)
             if name is None:
                 continue
@@ -60,11 +61,17 @@ def register_tables(spark: SparkSession, config: Config, as_of: str | None = Non
         marks = served_ranges(config, ds, snap)
         sides, columns = aligned_sides(spark, {layer: present.get(layer) for layer in ("batch", "speed")})
         if ds.kind == "changelog":
-            sql = changelog_view_sql(sides["batch"], sides["speed"], marks, ds.key, columns)
+            sql = changelog_view_sql(sides["batch"], sides["speed"], marks, ds.keys, columns)
         else:
             sql = events_view_sql(sides["batch"], sides["speed"], marks, columns)
         spark.sql(f"CREATE OR REPLACE TEMP VIEW `{ds.name}` AS {sql}")
         names.append(ds.name)
+        if ds.history == "scd2":
+            types = {side: (name, {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields})
+                     if name else None for side, name in (("history", present.get("history")),
+                                                          ("speed", present.get("speed")))}
+            spark.sql(f"CREATE OR REPLACE TEMP VIEW `{history.view_name(ds)}` AS {history.view_of(ds, types, marks)}")
+            names.append(history.view_name(ds))
     return names
 
 

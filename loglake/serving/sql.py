@@ -53,14 +53,15 @@ def events_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
 
 
 def changelog_view_sql(batch: str | None, speed: str | None, watermarks: Marks,
-                       key: str, columns: list[str]) -> str:
+                       key: str | list[str], columns: list[str]) -> str:
     cols = _quoted(columns)
+    by = _quoted([key] if isinstance(key, str) else key)
     union = _layers_union(batch, speed, watermarks, f"{cols}, false AS _deleted", f"{cols}, _deleted")
     # Newest per key as ``loglake.lake.delta_io.latest_per_key`` decides: by offset within a
     # partition, then (a key spread over partitions) by Kafka timestamp, then partition.
-    in_partition = (f"SELECT *, row_number() OVER (PARTITION BY `{key}`, _partition ORDER BY _offset DESC) "
+    in_partition = (f"SELECT *, row_number() OVER (PARTITION BY {by}, _partition ORDER BY _offset DESC) "
                     f"AS _in_p FROM ({union})")
-    across = (f"SELECT *, row_number() OVER (PARTITION BY `{key}` ORDER BY _kafka_timestamp DESC, "
+    across = (f"SELECT *, row_number() OVER (PARTITION BY {by} ORDER BY _kafka_timestamp DESC, "
               f"_partition DESC) AS _rank FROM ({in_partition}) WHERE _in_p = 1")
     return f"SELECT {cols} FROM ({across}) WHERE _rank = 1 AND NOT _deleted"
 

@@ -104,7 +104,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
                         wrote["quarantined"] = reasons()
         if ds.kind == "changelog":  # from the cache, not through the observation (one action reports it)
             changes = validation.apply_transform(validation.valid_rows(validated, ds), ds)
-            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.key, app_id, batch_id,
+            delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.keys, app_id, batch_id,
                                   ds.stats_columns, checked=checked, store=store)
     finally:
         if ds.kind == "changelog":

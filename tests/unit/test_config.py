@@ -105,6 +105,49 @@ def test_changelog_needs_latest_table(conf):
         load_config(conf)
 
 
+# A changelog's envelope and history (issue 48): each misuse names its key.
+BAD_CHANGELOG = [
+    (lambda d: d.update(key=["company_id", "company"]), "key", "needs a record key that holds them all"),
+    (lambda d: d.update(key=[]), "key", "at least one field"),
+    (lambda d: d.update(envelope="debezium", key=["company_id", "nope"]), "key", "key 'nope' is not a field"),
+    (lambda d: d.update(envelope="maxwell"), "envelope", "'plain' or 'debezium'"),
+    (lambda d: d.update(history="scd4"), "history", "'none' or 'scd2'"),
+    (lambda d: d.update(history="scd2", schema={**d["schema"], "valid_to": {"type": "timestamp"}}), "history",
+     "field named 'valid_to'"),
+    (lambda d: d["tables"].update(history="batch.ceo_versions"), "tables.history", "history: scd2"),
+]
+
+
+@pytest.mark.parametrize("mutate,key,fragment", BAD_CHANGELOG)
+def test_bad_changelog_envelope_or_history_names_file_and_key(conf, mutate, key, fragment):
+    path = conf / "datasets" / "company_ceos.yaml"
+    edit(path, mutate)
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.key == key, str(e.value)
+    assert fragment in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("mutate,key,fragment", [
+    (lambda d: d.update(envelope="debezium"), "envelope", "for changelog datasets only"),
+    (lambda d: d.update(history="scd2"), "history", "for changelog datasets only"),
+])
+def test_an_events_dataset_takes_no_envelope_or_history(conf, mutate, key, fragment):
+    edit(conf / "datasets" / "job_views.yaml", mutate)
+    with pytest.raises(ConfigError) as e:
+        load_config(conf)
+    assert e.value.key == key and fragment in str(e.value), str(e.value)
+
+
+def test_a_debezium_changelog_with_history_has_a_compound_key_and_a_history_table(conf):
+    edit(conf / "datasets" / "company_ceos.yaml",
+         lambda d: d.update(envelope="debezium", history="scd2", key=["company_id", "company"]))
+    ds = load_config(conf).dataset("company_ceos")
+    assert ds.keys == ["company_id", "company"] and ds.debezium
+    assert ds.tables.history == "batch.company_ceos_history"
+    assert ds.stats_columns[4:6] == ["company_id", "company"]
+
+
 def test_duplicate_topic_is_rejected(conf):
     edit(conf / "datasets" / "company_ceos.yaml", lambda d: d.update(topic="job_views"))
     with pytest.raises(ConfigError) as e:

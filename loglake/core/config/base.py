@@ -16,6 +16,8 @@ FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 Format = Literal["json", "avro", "protobuf", "json-schema"]
 REGISTRY_FORMATS = ("avro", "protobuf", "json-schema")
 LAYERS = ("speed", "batch", "quarantine", "latest")
+# Every table a dataset may have: its layers, and a changelog's SCD type 2 history (``history: scd2``).
+TABLE_LAYERS = (*LAYERS, "history")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # ``${file:/run/secrets/kafka_password}``: the file's content (a secret the process reads where it
 # runs, as Kafka's and Docker's secrets are given, rather than an environment variable every child inherits).

@@ -12,7 +12,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from loglake.core.contracts import PROVENANCE
+from loglake.core.contracts import CDC, PROVENANCE
 from loglake.core.errors import ConfigError, KeyedValueError
 from loglake.core.regex import java_incompatibility
 from loglake.core.config.base import (FieldType, Format, MIN_VACUUM_RETENTION_HOURS, _EXPECTATION, _IDENT, _IDENT_DOT,
@@ -65,8 +65,9 @@ class Tables(_Strict):
     batch: str
     quarantine: str
     latest: str | None = None  # changelog datasets: latest state by key
+    history: str | None = None  # changelog datasets with ``history: scd2``: default batch.<name>_history
 
-    @field_validator("speed", "batch", "quarantine", "latest")
+    @field_validator("speed", "batch", "quarantine", "latest", "history")
     @classmethod
     def _named(cls, v: str | None) -> str | None:
         if v is not None and not _TABLE_NAME.match(v):
@@ -184,7 +185,15 @@ class Dataset(_Strict):
     kind: Literal["events", "changelog"] = "events"
     topic: str
     partitions: int = Field(ge=1, le=10_000)
-    key: str
+    # The field the record key holds; a changelog with ``envelope: debezium`` may name several
+    # (a primary key of several columns: the record key is a struct of them).
+    key: str | list[str]
+    # A changelog's record shape: ``plain`` (the value is the row, a null value deletes the key),
+    # or ``debezium`` (Debezium's change event: before/after/op/source, the key a struct).
+    envelope: Literal["plain", "debezium"] = "plain"
+    # A changelog's history beside its latest state: ``scd2`` keeps every version of each key in
+    # ``tables.history`` (SCD type 2: valid_from, valid_to, is_current).
+    history: Literal["none", "scd2"] = "none"
     # json: the schema below; a registry format: the schema comes from the registry's subject.
     format: Format = "json"
     subject: str | None = None  # default <topic>-value
@@ -242,6 +251,26 @@ class Dataset(_Strict):
             raise ValueError(f"{v!r} must contain only letters, digits, '_', '-' and '.'")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _history_table(cls, data: Any) -> Any:
+        """``history: scd2`` without ``tables.history``: the table is ``batch.<name>_history``."""
+        if isinstance(data, dict) and data.get("history") == "scd2" and isinstance(data.get("tables"), dict) \
+                and data["tables"].get("history") is None and isinstance(data.get("name"), str):
+            return {**data, "tables": {**data["tables"], "history": f"batch.{_table_part(data['name'])}_history"}}
+        return data
+
+    @field_validator("key")
+    @classmethod
+    def _key_names(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("key must name at least one field")
+            if len(set(v)) != len(v):
+                raise ValueError(f"key names a field twice: {v}")
+            return v[0] if len(v) == 1 else v
+        return v
+
     @model_validator(mode="after")
     def _key_and_tables(self) -> "Dataset":
         if self.format == "json" and not self.schema_:
@@ -258,10 +287,16 @@ class Dataset(_Strict):
         if self.format == "json" and self.key_format != "string":
             raise KeyedValueError("key_format", "key_format: is for datasets in a registry format (format: avro, "
                                   "protobuf or json-schema)")
-        if self.key not in self.schema_:
-            raise KeyedValueError("key", f"key {self.key!r} is not a field of the schema ({', '.join(self.schema_)})")
+        for k in self.keys:
+            if k not in self.schema_:
+                raise KeyedValueError("key", f"key {k!r} is not a field of the schema ({', '.join(self.schema_)})")
         self._tables_fit_kind()
-        columns = set(self.schema_) | set(PROVENANCE.names)
+        if self.history == "scd2":
+            taken = [f for f in ("valid_from", "valid_to", "is_current") if f in self.schema_]
+            if taken:
+                raise KeyedValueError("history", f"history: scd2 adds the columns valid_from, valid_to and is_current; "
+                                      f"the schema has a field named {taken[0]!r}")
+        columns = set(self.schema_) | set(PROVENANCE.names) | (set(CDC.names) if self.debezium else set())
         for i, e in enumerate(self.quality):
             if e.column is not None and e.column not in columns:
                 raise KeyedValueError(f"quality.{i}.column", f"column {e.column!r} is not a field of the schema "
@@ -273,11 +308,34 @@ class Dataset(_Strict):
         return self
 
     def _tables_fit_kind(self) -> "Dataset":
+        if self.kind != "changelog":
+            for name, value, default in (("envelope", self.envelope, "plain"), ("history", self.history, "none")):
+                if value != default:
+                    raise KeyedValueError(name, f"{name}: {value} is for changelog datasets only (kind: changelog)")
+        if self.debezium and self.format not in ("json", "avro"):
+            raise KeyedValueError("envelope", f"envelope: debezium reads Debezium's JSON and Avro converters' "
+                                  f"records (format: json or avro), not {self.format}")
+        if len(self.keys) > 1 and self.envelope != "debezium":
+            raise KeyedValueError("key", f"a key of several fields ({', '.join(self.keys)}) needs a record key that "
+                                  "holds them all: envelope: debezium (its key is a struct); a plain changelog's "
+                                  "record key is one field's value")
+        if self.history == "none" and self.tables.history is not None:
+            raise KeyedValueError("tables.history", "tables.history is for datasets with history: scd2")
         if self.kind == "changelog" and self.tables.latest is None:
             raise KeyedValueError("tables.latest", "a changelog dataset needs tables.latest (the latest state by key)")
         if self.kind == "events" and self.tables.latest is not None:
             raise KeyedValueError("tables.latest", "tables.latest is for changelog datasets only")
         return self
+
+    @property
+    def keys(self) -> list[str]:
+        """The key's fields, in order (one for most datasets)."""
+        return [self.key] if isinstance(self.key, str) else list(self.key)
+
+    @property
+    def debezium(self) -> bool:
+        """The topic's records are Debezium change events (``envelope: debezium``)."""
+        return self.envelope == "debezium"
 
     @property
     def subject_name(self) -> str:
@@ -315,7 +373,7 @@ class Dataset(_Strict):
         the quarantine's layer, the key, and the Z-order columns (OPTIMIZE needs their
         statistics). Statistics of every column would make every write slower for columns no
         reader filters on."""
-        cols = ["_topic", "_partition", "_offset", "_layer", self.key, *self.maintenance.zorder_by]
+        cols = ["_topic", "_partition", "_offset", "_layer", *self.keys, *self.maintenance.zorder_by]
         return list(dict.fromkeys(cols))
 
     @property
@@ -346,6 +404,12 @@ class Dataset(_Strict):
         except (ImportError, AttributeError, OSError, SyntaxError) as e:
             raise ConfigError(f"cannot load transform {self.transform!r}: {e}",
                               key=f"datasets.{self.name}.transform") from e
+
+
+def _table_part(name: str) -> str:
+    """A dataset's name as the part of a table name (``_TABLE_NAME``: no '-' or '.')."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return out if re.match(r"[A-Za-z_]", out) else f"_{out}"
 
 
 def _unchanged(df):

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from loglake.core import objectstore, paths
 from loglake.core.contracts import SystemTable
 from loglake.core.errors import ConfigError, KeyedValueError, refusal_recorder
-from loglake.core.config.base import LAYERS, _ENV_REF, _FILE_REF, _TRANSFORM_FILE
+from loglake.core.config.base import TABLE_LAYERS, _ENV_REF, _FILE_REF, _TRANSFORM_FILE
 from loglake.core.config.dataset import Dataset
 from loglake.core.config.kafka import KafkaSettings, embedded_ca_file
 from loglake.core.config.settings import ObjectStoreSettings, Profile, RegistrySettings
@@ -81,10 +81,10 @@ class Config:
             raise ConfigError(f"unknown dataset {name!r}; known datasets: {known}", key="dataset") from None
 
     def table_path(self, dataset: Dataset | str, layer: str) -> str:
-        """Location of a dataset's table for ``layer`` (speed, batch, quarantine, latest)."""
+        """Location of a dataset's table for ``layer`` (speed, batch, quarantine, latest, history)."""
         ds = self.dataset(dataset) if isinstance(dataset, str) else dataset
-        if layer not in LAYERS:
-            raise ValueError(f"layer must be one of {LAYERS}, not {layer!r}")
+        if layer not in TABLE_LAYERS:
+            raise ValueError(f"layer must be one of {TABLE_LAYERS}, not {layer!r}")
         name = getattr(ds.tables, layer)
         if name is None:
             raise ConfigError(f"dataset {ds.name} has no {layer} table", key=f"datasets.{ds.name}.tables.{layer}")
