@@ -14,14 +14,12 @@ plain records/s (medians); the wrapped topic's rate is in the detail.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import time
 
-from confluent_kafka import Producer
-
 from bench.harness import Harness, median, result
 from bench.speed import Topic
+from loglake.testing import workload
 
 RECORDS = 300_000
 KEYS = 50_000
@@ -94,23 +92,8 @@ class ChangeTopic(Topic):
         return json.dumps(k).encode(), json.dumps(envelope).encode()
 
     def fill(self, config, topic: str) -> float:
-        p = Producer({"bootstrap.servers": self.h.bootstrap, "logger": logging.getLogger("loglake.kafka"),
-                      "enable.idempotence": True, "acks": "all", "linger.ms": 20, "compression.type": "lz4",
-                      "queue.buffering.max.kbytes": 1048576, "batch.size": 1000000})
-        start = time.monotonic()
-        for i, change in enumerate(changes(self.records)):
-            key, value = self.encode(*change)
-            while True:
-                try:
-                    p.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    p.poll(0.01)
-            if i % 10000 == 0:
-                p.poll(0)
-        if p.flush(120):
-            raise RuntimeError(f"records not delivered to {topic}")
-        return time.monotonic() - start
+        return workload.produce(self.h.bootstrap, topic, self.records, 0,
+                                records=[self.encode(*c) for c in changes(self.records)])
 
 
 def run(h: Harness, only: set[str] | None = None) -> list[dict]:

@@ -75,26 +75,22 @@ def read(config: Config, name: str):
     return serving_view(config, ds, snap)
 
 
-def serving_view(config: Config, ds: Dataset, snap):
-    tables = {}
-    for side, layer in (("b", "batch"), ("s", "speed")):
-        version = snap.version(layer)
-        if version is not None:
-            tables[layer] = (side, layer_table(config, ds, layer, version))
+def _view(config: Config, ds: Dataset, snap, sides: dict[str, str], sql):
+    """A view over the dataset's tables of ``sides`` (layer → the name it is registered under),
+    each at its pinned version: ``sql(config, ds, snap, tables)``'s rows."""
+    tables = {layer: (side, layer_table(config, ds, layer, snap.version(layer)))
+              for layer, side in sides.items() if snap.version(layer) is not None}
     if not tables:
-        raise FileNotFoundError(f"dataset {ds.name} has no speed or batch table yet")
-    return _run({side: t for side, t in tables.values()}, view_sql(config, ds, snap, tables))
+        raise FileNotFoundError(f"dataset {ds.name} has no {' or '.join(sides)} table yet")
+    return _run({side: t for side, t in tables.values()}, sql(config, ds, snap, tables))
+
+
+def serving_view(config: Config, ds: Dataset, snap):
+    return _view(config, ds, snap, {"speed": "s", "batch": "b"}, view_sql)
 
 
 def history_view(config: Config, ds: Dataset, snap):
-    tables = {}
-    for side, layer in (("h", "history"), ("s", "speed")):
-        version = snap.version(layer)
-        if version is not None:
-            tables[layer] = (side, layer_table(config, ds, layer, version))
-    if not tables:
-        raise FileNotFoundError(f"dataset {ds.name} has no history or speed table yet")
-    return _run({side: t for side, t in tables.values()}, history_view_sql(config, ds, snap, tables))
+    return _view(config, ds, snap, {"history": "h", "speed": "s"}, history_view_sql)
 
 
 def _typed(table) -> dict[str, str]:
@@ -257,24 +253,16 @@ def sql(config: Config, statement: str, as_of: str | None = None, strict: bool =
                                                         layer_table(config, ds, layer, version))
     for name in sorted(used):
         ds, layer = known[name]
-        if layer == HISTORY_VIEW:
-            present = {lr: tables[getattr(ds.tables, lr)] for lr in ("history", "speed")
-                       if getattr(ds.tables, lr) in tables}
-            if not present:
-                raise ConfigError(f"dataset {ds.name} has no history or speed table{' at ' + as_of if as_of else ''} "
-                                  "yet (run the speed layer or a batch)", key="dataset")
-            views.append(f'"{name}" AS ({history_view_sql(config, ds, snaps[ds.name], present)})')
-            continue
-        if layer is not None and name not in tables:
+        if layer is not None and layer != HISTORY_VIEW and name not in tables:
             # Spark has none either: said here, in loglake's words, with no JVM started to say it.
             raise ConfigError(f"table {name} does not exist{' at ' + as_of if as_of else ''} yet", key="sql")
-        if layer is None:
-            present = {lr: tables[getattr(ds.tables, lr)] for lr in ("batch", "speed")
-                       if getattr(ds.tables, lr) in tables}
+        if layer is None or layer == HISTORY_VIEW:
+            layers, sql = (("history", "speed"), history_view_sql) if layer else (("speed", "batch"), view_sql)
+            present = {lr: tables[getattr(ds.tables, lr)] for lr in layers if getattr(ds.tables, lr) in tables}
             if not present:
-                raise ConfigError(f"dataset {ds.name} has no speed or batch table{' at ' + as_of if as_of else ''} "
-                                  "yet (run the speed layer or a batch)", key="dataset")
-            views.append(f'"{ds.name}" AS ({view_sql(config, ds, snaps[ds.name], present)})')
+                raise ConfigError(f"dataset {ds.name} has no {' or '.join(layers)} table"
+                                  f"{' at ' + as_of if as_of else ''} yet (run the speed layer or a batch)", key="dataset")
+            views.append(f'"{name}" AS ({sql(config, ds, snaps[ds.name], present)})')
     if views:
         first = next(i for i, (kind, _t) in enumerate(tokens) if kind == "word")
         if tokens[first][1].lower() == "with":

@@ -71,14 +71,16 @@ def pool(record_bytes: int, size: int = 2000, seed: int = 7) -> list[tuple[bytes
 
 
 def produce(bootstrap: str, topic: str, count: int, record_bytes: int, *, rate: float | None = None,
-            timestamps: bool = False, encode: Callable[[bytes], bytes] | None = None) -> float:
+            timestamps: bool = False, encode: Callable[[bytes], bytes] | None = None,
+            records: list[tuple[bytes, bytes]] | None = None) -> float:
     """Produce ``count`` records to ``topic`` (must exist); seconds taken.
 
     ``rate`` paces the sends (records/s); the record's Kafka timestamp is its send time
     (CreateTime), which is what freshness is measured from. ``encode`` turns each JSON value
     of the pool into another format once, before the sends (the same records in Avro, say).
+    ``records``: (key, value) pairs to send instead of the pool's, in turn.
     """
-    records = pool(record_bytes)
+    records = records or pool(record_bytes)
     if encode is not None:
         records = [(key, encode(value)) for key, value in records]
     # Its client log (retries while a broker starts or moves) goes to Python's logging, not

@@ -23,6 +23,7 @@ from loglake.batch.planning import plan_batch
 from loglake.kafka.admin import admin, ensure_topic, log_bounds
 from loglake.core.processes import wait_for
 from loglake.ops.audit import audit_dataset
+from loglake.ops.diff import diff_range
 from loglake.quality.pipeline import recompute_and_publish
 from loglake.schemaregistry.resolve import resolve
 from loglake.serving import arrow
@@ -290,6 +291,14 @@ def test_a_debezium_json_topic_lands_its_latest_state_history_and_quarantine_in_
     assert recompute_and_publish(spark, config, ds, plan_batch(config, ds), "third").quality.published
     assert history_rows(spark, config, ds) == table
     assert as_rows(serving_view(spark, config, ds).collect()) == expected
+    # The speed layer's changes (from the first run's watermark on) against the batch layer's
+    # state: none changed, none missing in speed; the batch holds only each key's newest.
+    ends = {p: hi for p, (_lo, hi) in log_bounds(config, topic).items()}
+    starts = {p: max(o for q, o in first if q == p) + 1 for p, _o in first}
+    assert any(ends[p] > start for p, start in starts.items())
+    for p, start in ((p, s) for p, s in starts.items() if ends[p] > s):
+        d = diff_range(config, ds, p, start, ends[p])
+        assert d.changed.rows == 0 and d.missing_in_speed.count == 0 and d.missing_in_batch is None, d
 
 
 def rows_json(df) -> list[str]:

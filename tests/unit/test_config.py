@@ -86,15 +86,21 @@ BAD_DATASET = [
 ]
 
 
-@pytest.mark.parametrize("mutate,key,fragment", BAD_DATASET)
-def test_bad_dataset_names_file_and_key(conf, mutate, key, fragment):
-    path = conf / "datasets" / "job_views.yaml"
+def refusal(conf, dataset: str, mutate) -> tuple[ConfigError, str]:
+    """The error loading ``conf`` gives once ``dataset``'s file is mutated; the file's path."""
+    path = conf / "datasets" / f"{dataset}.yaml"
     edit(path, mutate)
     with pytest.raises(ConfigError) as e:
         load_config(conf)
-    msg = str(e.value)
-    assert str(path) in msg and e.value.file == str(path)
-    assert e.value.key == key, msg
+    return e.value, str(path)
+
+
+@pytest.mark.parametrize("mutate,key,fragment", BAD_DATASET)
+def test_bad_dataset_names_file_and_key(conf, mutate, key, fragment):
+    error, path = refusal(conf, "job_views", mutate)
+    msg = str(error)
+    assert path in msg and error.file == path
+    assert error.key == key, msg
     assert fragment in msg, msg
 
 
@@ -120,12 +126,9 @@ BAD_CHANGELOG = [
 
 @pytest.mark.parametrize("mutate,key,fragment", BAD_CHANGELOG)
 def test_bad_changelog_envelope_or_history_names_file_and_key(conf, mutate, key, fragment):
-    path = conf / "datasets" / "company_ceos.yaml"
-    edit(path, mutate)
-    with pytest.raises(ConfigError) as e:
-        load_config(conf)
-    assert e.value.key == key, str(e.value)
-    assert fragment in str(e.value), str(e.value)
+    error, path = refusal(conf, "company_ceos", mutate)
+    assert error.key == key and error.file == path, str(error)
+    assert fragment in str(error), str(error)
 
 
 @pytest.mark.parametrize("mutate,key,fragment", [
@@ -133,10 +136,8 @@ def test_bad_changelog_envelope_or_history_names_file_and_key(conf, mutate, key,
     (lambda d: d.update(history="scd2"), "history", "for changelog datasets only"),
 ])
 def test_an_events_dataset_takes_no_envelope_or_history(conf, mutate, key, fragment):
-    edit(conf / "datasets" / "job_views.yaml", mutate)
-    with pytest.raises(ConfigError) as e:
-        load_config(conf)
-    assert e.value.key == key and fragment in str(e.value), str(e.value)
+    error, _path = refusal(conf, "job_views", mutate)
+    assert error.key == key and fragment in str(error), str(error)
 
 
 def test_a_debezium_changelog_with_history_has_a_compound_key_and_a_history_table(conf):
