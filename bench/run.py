@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     json_path = out / f"{date}.json"
     previous = json.loads(json_path.read_text()) if wanted and json_path.exists() else {}
     host = machine()
-    machine_line = (f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · "
-                    f"{stack_line(host)} · {date}")
+    machine_line = measured_on(host, date)
 
     metrics: dict[str, dict] = {m["id"]: m for m in previous.get("metrics", [])}
     failures = {}
@@ -83,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 for m in importlib.import_module(module).run(h, only=wanted):
                     # A metric of a measurement shared by modules carries that measurement's seconds.
                     m.setdefault("module_seconds", round(time.monotonic() - t0, 1))
+                    m["commit"] = host["commit"]
                     metrics[m["id"]] = m
             except Exception as e:  # one module failing must not lose the others' figures
                 traceback.print_exc()
@@ -95,18 +95,49 @@ def main(argv: list[str] | None = None) -> int:
         if m["id"] in (wanted or {m["id"]}):
             png = draw_chart(m, out / f"{date}-{m['id']}.png", machine_line)
             m["chart_file"] = png.name if png else None
-    doc = {"date": date, "machine": host, "quick": args.quick, "repeats": args.repeats,
-           "seconds": round(time.monotonic() - started, 1) + previous.get("seconds", 0) * bool(wanted),
-           "failures": {**previous.get("failures", {}), **failures} if wanted else failures,
-           "metrics": ordered}
+    doc = merged(previous if wanted else {}, {
+        "date": date, "machine": host, "quick": args.quick, "repeats": args.repeats,
+        "seconds": round(time.monotonic() - started, 1), "failures": failures, "metrics": ordered})
     write_json(json_path, doc)
-    md = f"Measured {date} on {machine_line}; `make bench`, median of {args.repeats} runs.\n\n{table(ordered)}\n"
+    md = f"Measured {date} on {header(doc)}; `make bench`, median of {args.repeats} runs.\n\n{table(ordered)}\n"
     (out / f"{date}.md").write_text(md)
     print("\n" + md)
     print(f"results: {json_path} (+ charts and {date}.md) in {time.monotonic() - started:.0f}s")
     if failures:
         print("failed modules: " + "; ".join(f"{k}: {v}" for k, v in failures.items()), file=sys.stderr)
     return 1 if failures else 0
+
+
+def measured_on(host: dict, date: str) -> str:
+    """The machine, the commit and the stack a run measured on, in one line."""
+    return (f"{host['cores']} cores, {host['memory_gib']} GiB, {host['cpu']} · loglake {host['commit']} · "
+            f"{stack_line(host)} · {date}")
+
+
+def merged(previous: dict, run: dict) -> dict:
+    """The day's results after a run of some metrics (``--only``) into ``previous``, the day's file
+    so far: the run's metrics replace theirs, the others stay, and so does the machine (with the
+    commit) the file was measured on; each metric names its own commit."""
+    if not previous:
+        return run
+    for m in previous.get("metrics", []):
+        m.setdefault("commit", previous["machine"].get("commit"))
+    return {**previous, **run, "machine": previous["machine"], "seconds": previous.get("seconds", 0) + run["seconds"],
+            "failures": {**previous.get("failures", {}), **run["failures"]}}
+
+
+def header(doc: dict) -> str:
+    """``measured_on`` of the day's file, with the metrics measured at another commit than its own."""
+    base = doc["machine"]["commit"]
+    others: dict[str, list[str]] = {}
+    for m in doc["metrics"]:
+        if m.get("commit", base) != base:
+            others.setdefault(m["commit"], []).append(m["id"])
+    line = measured_on(doc["machine"], doc["date"])
+    if others:
+        at = "; ".join(f"{', '.join(ids)}: {commit}" for commit, ids in others.items())
+        line = line.replace(f"loglake {base} ·", f"loglake {base} ({at}) ·", 1)
+    return line
 
 
 if __name__ == "__main__":
