@@ -96,6 +96,28 @@ def _protobuf(ds: Dataset, payload: Column, sid: Column) -> tuple[Column, Callab
 DECODERS = {"avro": _avro, "json-schema": _json, "protobuf": _protobuf}
 
 
+def key_checks(ds: Dataset, keys: dict[str, Column], fields: dict[str, Column], deleted: Column) -> list[Column]:
+    """A changelog's key rules (JSON and registry formats alike): a delete must carry its key
+    fields in its record key (``null_key``), any other record's key fields must equal its row's
+    (``key_mismatch``). ``keys``: each key field's text as the record key gives it; ``fields``: the
+    row's values."""
+    checks = []
+    for name, text in keys.items():
+        what = "a delete (op d or a tombstone) whose record key has no field " + repr(name) if ds.debezium \
+            else "tombstone without a key"
+        checks.append(F.when(deleted & text.isNull(), reason("null_key", what)))
+    for name, text in keys.items():
+        field = fields[name].cast("string")
+        if ds.debezium:
+            message = F.concat(F.lit(f"record key field {name!r} = "), F.coalesce(text, F.lit("(none)")),
+                               F.lit(f" differs from after's {name!r} = "), F.coalesce(field, F.lit("null")))
+        else:
+            message = F.concat(F.lit("record key "), F.coalesce(text, F.lit("null")),
+                               F.lit(f" differs from field {name!r} = "), F.coalesce(field, F.lit("null")))
+        checks.append(F.when(~deleted & (text.isNull() | (text != field)), reason("key_mismatch", message)))
+    return checks
+
+
 def _envelope_fields(reader: str) -> dict[str, tuple[str, ...]]:
     """A Debezium Avro envelope's fields, each with its own fields when it is a record (the
     source block's: which of them the events carry)."""
@@ -174,12 +196,6 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
                               F.lit(f" bytes is over max_value_bytes ({ds.max_value_bytes})"))))]
     if ds.kind == "events":
         checks.append(F.when(value_null, reason("null_value", "event topics take no null values (tombstones)")))
-    elif ds.debezium:
-        for k, text in keys.items():
-            checks.append(F.when(value_null & text.isNull(), reason(
-                "null_key", f"a delete (op d or a tombstone) whose record key has no field {k!r}")))
-    else:
-        checks.append(F.when(value_null & keys[ds.key].isNull(), reason("null_key", "tombstone without a key")))
     checks.append(F.when(~value_null & ~framed, reason(
         "no_magic_byte", "value does not start with the Schema Registry magic byte 0 and a 4-byte schema id "
                          f"(not written by a serializer of subject {schemas.subject}'s registry)")))
@@ -208,18 +224,9 @@ def projections(ds: Dataset, provenance: list) -> tuple[list, list, list]:
             checks.append(F.when(~deleted & fields[n].isNull(), reason(
                 "missing_field", f"required field {n!r} is missing or null")))
     if ds.kind == "changelog":
-        for name, text in keys.items():
-            k = fields[name]
-            if ds.debezium:
-                message = F.concat(F.lit(f"record key field {name!r} = "), F.coalesce(text, F.lit("(none)")),
-                                   F.lit(f" differs from after's {name!r} = "),
-                                   F.coalesce(k.cast("string"), F.lit("null")))
-            else:
-                message = F.concat(F.lit("record key "), F.coalesce(text, F.lit("null")),
-                                   F.lit(f" differs from field {name!r} = "), F.coalesce(k.cast("string"), F.lit("null")))
-            checks.append(F.when(~deleted & (text.isNull() | (text != k.cast("string"))), reason("key_mismatch",
-                                                                                                message)))
-            fields[name] = F.when(deleted, text.cast(ds.fields[name].type)).otherwise(k)
+        checks += key_checks(ds, keys, fields, deleted)
+        for name, text in keys.items():  # a delete's key fields: the record key's
+            fields[name] = F.when(deleted, text.cast(ds.fields[name].type)).otherwise(fields[name])
     why = F.coalesce(*checks)
     out = [fields[n].alias(n) for n in ds.fields]
     if ds.kind == "changelog":

@@ -127,11 +127,6 @@ def _exact(ds: Dataset, vs: Column, deleted: Column, keys: dict[str, Column]) ->
         checks.append(F.when(deleted, _reason("null_value", "event topics take no null values (tombstones)")))
     elif ds.debezium:
         checks.extend(debezium.checks(ds))
-        for k, text in keys.items():
-            checks.append(F.when(deleted & text.isNull(), _reason(
-                "null_key", f"a delete (op d or a tombstone) whose record key has no field {k!r}")))
-    else:
-        checks.append(F.when(deleted & keys[ds.key].isNull(), _reason("null_key", "tombstone without a key")))
     checks.append(F.when(~deleted & v.isNull(), _reason("bad_json", "value is not valid JSON")))
     checks.append(F.when(~deleted & ~vs.rlike(r"^\s*\{"), _reason("not_an_object", "value is not a JSON object")))
     values: dict[str, Column] = {}
@@ -147,15 +142,7 @@ def _exact(ds: Dataset, vs: Column, deleted: Column, keys: dict[str, Column]) ->
         values[name] = x
         checks.extend(F.when(~deleted, c) for c in _field_checks(name, spec, t, x, s))
     if ds.kind == "changelog":
-        for k, text in keys.items():
-            field = values[k].cast("string")
-            if ds.debezium:
-                message = F.concat(F.lit(f"record key field {k!r} = "), F.coalesce(text, F.lit("(none)")),
-                                   F.lit(f" differs from after's {k!r} = "), F.coalesce(field, F.lit("null")))
-            else:
-                message = F.concat(F.lit("record key "), F.coalesce(text, F.lit("null")),
-                                   F.lit(f" differs from field {k!r} = "), F.coalesce(field, F.lit("null")))
-            checks.append(F.when(~deleted & (text.isNull() | (text != field)), _reason("key_mismatch", message)))
+        checks.extend(decode.key_checks(ds, keys, values, deleted))
     return F.coalesce(*checks), values
 
 
