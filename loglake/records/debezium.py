@@ -20,20 +20,12 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from loglake.core.config import Dataset
-from loglake.records.decode import OPS, UPSERTS, reason
+from loglake.records.decode import OPS, UPSERTS, json_key_texts, reason, unwrapped
 
 
 def key_column(name: str) -> str:
     """The column holding key field ``name``'s text as the record key gives it."""
     return f"_k_{name}"
-
-
-def _unwrapped(v: Column, marker: str) -> Column:
-    """The JSON converter's ``{"schema": ..., "payload": ...}`` taken off when there is one (a
-    document without ``marker`` at its top that has a ``payload``)."""
-    payload = F.try_variant_get(v, "$.payload", "variant")
-    wrapped = F.try_variant_get(v, f"$.{marker}", "variant").isNull() & payload.isNotNull()
-    return F.when(wrapped, payload).otherwise(v)
 
 
 def stages(ds: Dataset) -> list[list]:
@@ -46,15 +38,15 @@ def stages(ds: Dataset) -> list[list]:
         F.try_parse_json(F.col("value").cast("string")).alias("_env0"),
         F.try_parse_json(F.col("key").cast("string")).alias("_kenv0"),
     ]
-    unwrap = ["*", _unwrapped(F.col("_env0"), "op").alias("_env"), _unwrapped(F.col("_kenv0"), ds.keys[0]).alias("_kenv")]
-    env, kenv = F.col("_env"), F.col("_kenv")
+    unwrap = ["*", unwrapped(F.col("_env0"), "op").alias("_env")]
+    env = F.col("_env")
     millis = F.coalesce(F.try_variant_get(env, "$.source.ts_ms", "bigint"), F.try_variant_get(env, "$.ts_ms", "bigint"))
     source = F.try_variant_get(env, "$.source", "variant")
     fields = ["*", F.try_variant_get(env, "$.op", "string").alias("_op"),
               F.to_json(F.try_variant_get(env, "$.after", "variant")).alias("_after_json"),
               F.when(millis.isNotNull(), F.timestamp_millis(millis)).alias("_source_time"),
               F.when(source.isNotNull(), F.to_json(source)).alias("_source_position"),
-              *[F.try_variant_get(kenv, f"$.{k}", "string").alias(key_column(k)) for k in ds.keys]]
+              *[text.alias(key_column(k)) for k, text in json_key_texts(ds, F.col("_kenv0")).items()]]
     op, after = F.col("_op"), F.col("_after_json")
     row = ["*", (F.col("value").isNull() | (op == "d")).alias("_deleted_in"),
            F.when(op.isin(*UPSERTS) & (F.substring(after, 1, 1) == "{"), after).alias("_vs")]

@@ -138,6 +138,22 @@ def _wire(column: str) -> tuple[Column, Column, Column]:
             F.expr(f"substr({column}, 6)"))
 
 
+def unwrapped(v: Column, marker: str) -> Column:
+    """Kafka Connect's JSON converter's ``{"schema": ..., "payload": ...}`` (``schemas.enable``)
+    taken off a VARIANT when there is one: a document without ``marker`` at its top that has a
+    ``payload``."""
+    payload = F.try_variant_get(v, "$.payload", "variant")
+    wrapped = F.try_variant_get(v, f"$.{marker}", "variant").isNull() & payload.isNotNull()
+    return F.when(wrapped, payload).otherwise(v)
+
+
+def json_key_texts(ds: Dataset, key: Column) -> dict[str, Column]:
+    """A Debezium JSON record key's fields as text (``key``: the key parsed as a VARIANT), with
+    or without the converter's wrapper."""
+    fields = unwrapped(key, ds.keys[0])
+    return {k: F.try_variant_get(fields, f"$.{k}", "string") for k in ds.keys}
+
+
 def _keys(ds: Dataset) -> dict[str, Column]:
     """Each key field's text as the record key gives it (what the key checks compare): the key
     as it is, or one in a registry format decoded with its own writer's schema (a primitive, or
@@ -145,9 +161,8 @@ def _keys(ds: Dataset) -> dict[str, Column]:
     decode (another id, a payload of another schema) reads null."""
     schemas = ds.registry
     if ds.key_format == "string":
-        if ds.debezium:  # a JSON key (the JSON converter's), its fields read from it
-            key = F.try_parse_json(F.col("key").cast("string"))
-            return {k: F.try_variant_get(key, f"$.{k}", "string") for k in ds.keys}
+        if ds.debezium:  # a JSON key (the JSON converter's, wrapped or not), its fields read from it
+            return json_key_texts(ds, F.try_parse_json(F.col("key").cast("string")))
         return {ds.key: F.col("key").cast("string")}
     from pyspark.sql.avro.functions import from_avro
 
