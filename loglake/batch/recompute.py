@@ -56,8 +56,7 @@ def history_of(spark: SparkSession, config: Config, ds: Dataset, changes: DataFr
     """The dataset's history (``loglake.serving.history``) from the log's valid ``changes`` (every
     retained offset read: ``read``) and the versions the history table holds whose changes the
     log no longer retains (expired or compacted away)."""
-    time = "_source_time" if ds.debezium else "_kafka_timestamp"
-    events = changes.withColumn("_time", F.coalesce(F.col(time), F.col("_kafka_timestamp")))
+    events = changes.withColumn("_time", F.coalesce(F.col(history.time_column(ds)), F.col("_kafka_timestamp")))
     columns = [c for c in changes.columns if c != "_deleted"]
     path = config.table_path(ds, "history")
     if delta_io.table_exists(spark, path):

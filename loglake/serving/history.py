@@ -72,10 +72,10 @@ def history_sql(events: str, keys: Sequence[str], columns: Sequence[str]) -> str
     change present twice, as two sides' copies of one offset, counts once)."""
     row = [c for c in columns if not c.startswith("_")]  # what a version is: the row's own columns
     order = _order(keys)
-    once = f"SELECT *, row_number() OVER (PARTITION BY _partition, _offset ORDER BY _deleted) AS _copy FROM ({events})"
+    copies = f"SELECT *, row_number() OVER (PARTITION BY _partition, _offset ORDER BY _deleted) AS _copy FROM ({events})"
     by_key = f"PARTITION BY {_q(keys)}"
     once = (f"SELECT *, MIN(_partition) OVER ({by_key}) <> MAX(_partition) OVER ({by_key}) AS _spread "
-            f"FROM ({once}) WHERE _copy = 1")
+            f"FROM ({copies}) WHERE _copy = 1")
     prior = ", ".join([f"LAG(_deleted) OVER ({order}) AS _prev_deleted",
                        *(f"LAG(`{c}`) OVER ({order}) AS `_prev_{c}`" for c in row)])
     with_prior = f"SELECT *, {prior} FROM ({once})"
@@ -87,6 +87,11 @@ def history_sql(events: str, keys: Sequence[str], columns: Sequence[str]) -> str
     return (f"SELECT {_q(columns)}, _time AS valid_from, _next_time AS valid_to, _next_offset IS NULL AS is_current, "
             f"_next_partition AS _closed_partition, _next_offset AS _closed_offset, "
             f"COALESCE(_next_deleted, false) AS _closed_by_delete FROM ({nexts}) WHERE NOT _deleted")
+
+
+def time_column(ds) -> str:
+    """The column of a change's source time: Debezium's ``_source_time``, else Kafka's timestamp."""
+    return "_source_time" if ds.debezium else "_kafka_timestamp"
 
 
 def view_name(ds) -> str:
@@ -102,8 +107,7 @@ def view_of(ds, sides: dict, watermarks: Marks) -> str:
     trimmed = {side: None if v is None else (v[0], {c: t for c, t in v[1].items() if c not in COLUMNS})
                for side, v in sides.items()}
     named, columns = null_filled(trimmed)
-    return view_sql(named["history"], named["speed"], watermarks, ds.keys, columns,
-                    "_source_time" if ds.debezium else "_kafka_timestamp")
+    return view_sql(named["history"], named["speed"], watermarks, ds.keys, columns, time_column(ds))
 
 
 def view_sql(history: str | None, speed: str | None, watermarks: Marks, keys: Sequence[str],
