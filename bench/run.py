@@ -35,6 +35,7 @@ MODULES = {
     "bench.speed": ["P1", "P2", "P10", "S"],
     "bench.formats": ["F1"],
     "bench.cdc": ["F2"],
+    "bench.erasure": ["E1", "E2"],
     "bench.microbatch": ["P11"],
     "bench.freshness": ["P3"],
     "bench.batch": ["P4", "P12"],
@@ -49,7 +50,7 @@ MODULES = {
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated metric ids (P1..P12, S for the scaling curve, F1 Avro beside JSON, F2 Debezium JSON beside a plain changelog, C1..C3 the local cluster)")
+    ap.add_argument("--only", help="comma-separated metric ids (P1..P12, S for the scaling curve, F1 Avro beside JSON, F2 Debezium JSON beside a plain changelog, E1 an erasure's cost on a 5M-row table, E2 the speed layer with 10,000 erased keys ÷ none, C1..C3 the local cluster)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement (median reported)")
     ap.add_argument("--quick", action="store_true", help="small data, to try the program out (not comparable)")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results"), help="results directory")

@@ -19,7 +19,10 @@ datasets' maintenance leases while the first batch run waits for them.
    stream are retried with backoff (6 attempts). Every operation is recorded in
    `_maintenance_log` (files and bytes before and after, versions, rows expired,
    attempts); the task's return value is the job's summary.
-3. **dataset.audit** then checks that every offset Kafka retains is in its layer exactly
+3. **purge_erasures** deletes, for every erasure whose `erasure.purge_after` has passed, the
+   files of older table versions that still hold its rows (`loglake erase --purge`;
+   docs/erasure.md); the erasures purged are in the task log, by id (never their key).
+4. **dataset.audit** then checks that every offset Kafka retains is in its layer exactly
    once (batch or batch quarantine below W_p, speed or speed quarantine from W_p to the
    speed position), reading the actual offsets from the log. Anything missing,
    duplicated or unexpected fails the task, listing the offsets; the result is stored in
@@ -38,7 +41,7 @@ from airflow.sdk import DAG, CronTriggerTimetable, task
 
 from loglake_airflow import DAG_DEFAULTS
 from loglake_airflow.groups import maintain_and_audit
-from loglake_airflow.maintenance import maintenance_requests
+from loglake_airflow.maintenance import maintenance_requests, purge_erasures_task
 
 SCHEDULE = os.environ.get("LOGLAKE_MAINTENANCE_SCHEDULE", "@hourly").strip()
 # Airflow's presets that are no cron expression, taken as they are (with the usual start date:
@@ -63,4 +66,10 @@ with DAG(
         """The maintenance job's request for every dataset that has a table."""
         return maintenance_requests(f"{context['dag'].dag_id}/{context['run_id']}")
 
+    @task(execution_timeout=timedelta(minutes=30))
+    def purge_erasures() -> list[str]:
+        """Purge the older table versions of every erasure due (by erasure id)."""
+        return purge_erasures_task()
+
     maintain_and_audit.expand(request=tables())
+    purge_erasures()

@@ -10,6 +10,9 @@ that would change a table are refused, as in ``loglake query``.
 
 ``lake.arrow(name)`` reads a raw table or a serving view as a ``pyarrow.Table`` without a
 JVM (delta-rs), at the same kind of pinned point.
+
+``lake.erase(dataset, key, reason=...)`` forgets a data subject (``loglake erase``,
+docs/erasure.md); ``lake.erasures(dataset)`` lists the requests and their state.
 """
 
 from __future__ import annotations
@@ -65,6 +68,21 @@ class Lake:
         if name not in self.tables():
             raise ParamError("name", f"unknown table or view {name!r}; known: {', '.join(self.tables())}")
         return read(self.config, name)
+
+    def erase(self, dataset: str, key: str, *, reason: str, field: str | None = None,
+              requested_by: str | None = None):
+        """Erase the subject ``field`` (default: the dataset's key) = ``key`` from every table,
+        version (after the purge) and later read of the log; the ``EraseResult``."""
+        from loglake.erasure.erase import erase
+
+        return erase(self.config, self.config.dataset(dataset), key, reason=reason, field_name=field,
+                     requested_by=requested_by)
+
+    def erasures(self, dataset: str | None = None) -> list:
+        """The erasure requests (of ``dataset``), oldest first, each with its state."""
+        from loglake.ledger.erasures import erasures
+
+        return erasures(self.config, dataset)
 
     def close(self) -> None:
         """Stop the Spark session this connection started (not one it was given)."""

@@ -24,7 +24,7 @@ from loglake.local.jars import for_config as fetch_on_first_use
 
 # Every command, as ``loglake --help`` lists them.
 ORDER = ("kafka", "registry", "cluster", "produce", "speed", "batch", "backfill", "query", "maintain", "up", "down",
-         "status", "audit", "accept-loss", "rebuild", "replay", "history", "diff", "demo")
+         "status", "audit", "accept-loss", "rebuild", "replay", "erase", "history", "diff", "demo")
 COMMANDS: dict[str, Command] = dict(sorted(((c.name, c) for area in (platform, streams, batch, queries)
                                             for c in area.COMMANDS), key=lambda kv: ORDER.index(kv[0])))
 

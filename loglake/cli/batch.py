@@ -1,4 +1,4 @@
-"""The batch side: ``batch``, ``backfill``, ``maintain``, ``rebuild``, ``replay``, ``accept-loss``."""
+"""The batch side: ``batch``, ``backfill``, ``maintain``, ``rebuild``, ``replay``, ``accept-loss``, ``erase``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from loglake.ledger.losses import accept_loss, find_losses
 from loglake.batch.planning import plan_backfill, plan_batch
 from loglake.lifecycle.rebuild import run_rebuild
 from loglake.lifecycle.replay import run_replay
+from loglake.erasure.erase import erase, purge_due, purge_lines
 from loglake.maintenance.runs import datasets_with_tables, format_log_rows
 from loglake.ops.status import dataset_status, format_status
 
@@ -173,6 +174,41 @@ def _replay_arguments(rp: argparse.ArgumentParser) -> None:
     rp.add_argument("--dry-run", action="store_true", help="count what would move and what stays; write nothing")
 
 
+def _key(args) -> str | None:
+    if args.key_file is None:
+        return args.key
+    text = sys.stdin.read() if args.key_file == "-" else open(args.key_file, encoding="utf-8").read()
+    return text.rstrip("\r\n")
+
+
+def cmd_erase(config: Config, args) -> int:
+    """Erase a data subject's key from every table, version and read of the log (``loglake.erasure.erase``)."""
+
+    ds = config.dataset(args.dataset)
+    if args.purge:
+        for line in purge_lines(purge_due(config, ds, force=args.now)) or [
+                f"erase {ds.name}: no erasure is due for its purge"]:
+            print(line)
+        return 0
+    result = erase(config, ds, _key(args), reason=args.reason or "", field_name=args.field, requested_by=args.by)
+    print("\n".join(result.lines()))
+    return 0
+
+
+def _erase_arguments(er: argparse.ArgumentParser) -> None:
+    er.add_argument("dataset")
+    er.add_argument("--key", help="the data subject's key (shown in the process list: --key-file - reads it "
+                                  "from stdin instead)")
+    er.add_argument("--key-file", help="read the key from this file ('-': stdin)")
+    er.add_argument("--field", help="the field that holds the key (default: the dataset's key)")
+    er.add_argument("--reason", help="why (kept in the erasure ledger with who and when)")
+    er.add_argument("--by", help="who asks (default: user@host)")
+    er.add_argument("--purge", action="store_true",
+                    help="no new erasure: purge the files of older table versions for the erasures due "
+                         "(erasure.purge_after)")
+    er.add_argument("--now", action="store_true", help="with --purge: every applied erasure, due or not")
+
+
 COMMANDS = (
     Command("batch", "recompute every partition from its batch watermark to the log end", cmd_batch,
             _batch_arguments),
@@ -186,4 +222,6 @@ COMMANDS = (
             "when the log no longer holds what it needs", cmd_rebuild, _rebuild_arguments),
     Command("replay", "re-validate the quarantined records (both layers) under the current config and move the "
             "ones now valid into their table, exactly once", cmd_replay, _replay_arguments),
+    Command("erase", "forget a data subject's key: in every table, every table version (after the purge) and "
+            "every later read of the log", cmd_erase, _erase_arguments),
 )

@@ -128,9 +128,9 @@ class SystemTable:
 LEDGER = SystemTable("offsets ledger", "_ledger/offsets", contract(
     ("dataset", "string"), ("topic", "string"), ("partition", "int"), ("start", "bigint"), ("end", "bigint"),
     ("records", "bigint"), ("quarantined", "bigint"), ("run_id", "string"),
-    ("state", "string", "written | published | compacted | lost"), ("committed_at", "timestamp"),
-    ("batch_version", "bigint", "published/compacted: the batch table's version that readers serve"),
-    ("quarantine_version", "bigint", "published/compacted: the quarantine table's version of the batch layer"),
+    ("state", "string", "written | published | compacted | lost | erased"), ("committed_at", "timestamp"),
+    ("batch_version", "bigint", "published/compacted/erased: the batch table's version that readers serve"),
+    ("quarantine_version", "bigint", "published/compacted/erased: the quarantine table's version of the batch layer"),
     ("reason", "string", "lost: why the operator accepted the loss"),
     ("recorded_by", "string", "lost: who accepted it (user@host)"),
     ("schema_version", "bigint", "written/published: the dataset's schema version the range was validated under"),
@@ -169,6 +169,7 @@ AUDIT_RESULTS = SystemTable("_audit_results", "_audit_results", contract(
     ("point", "string", "served | newest: the versions readers are served, or the tables' newest"),
     ("table_version", "bigint", "the version of the layer's table checked"),
     ("quarantine_version", "bigint", "the version of the quarantine table checked with it"),
+    ("erased", "bigint", "offsets an erasure erased (loglake erase): accounted for, in no table"),
 ))
 
 # One row per table and operation (spark_jobs/maintenance.py).
@@ -180,4 +181,23 @@ MAINTENANCE_LOG = SystemTable("_maintenance_log", "_maintenance_log", contract(
     ("attempts", "int"), ("seconds", "double"), ("run_id", "string"), ("started_at", "timestamp"),
 ))
 
-SYSTEM_TABLES = (LEDGER, SCHEMAS, QUALITY_RESULTS, AUDIT_RESULTS, MAINTENANCE_LOG)
+# The erasure ledger (loglake.ledger.erasures): one row per request and event, and the erased positions.
+ERASURES = SystemTable("_erasures", "_ledger/erasures", contract(
+    ("erasure_id", "string"), ("dataset", "string"), ("topic", "string"),
+    ("event", "string", "recorded | applied | purged"),
+    ("field", "string", "the column whose value names the data subject"),
+    ("subject", "string", "SHA-256 of dataset, field and key (the key itself is not kept)"),
+    ("block", "boolean", "the key's later records are erased too"),
+    ("reason", "string"), ("requested_by", "string"),
+    ("positions", "string", "JSON {partition: offset}: the log's end when the request was recorded"),
+    ("offsets", "bigint", "recorded: the erased records' count"),
+    ("detail", "string", "JSON: applied, the commits per table; purged, the files deleted per table"),
+    ("at", "timestamp"),
+))
+
+ERASED_OFFSETS = SystemTable("_erased_offsets", "_ledger/erased_offsets", contract(
+    ("erasure_id", "string"), ("dataset", "string"), ("topic", "string"), ("partition", "int"),
+    ("offset", "bigint"),
+))
+
+SYSTEM_TABLES = (LEDGER, SCHEMAS, QUALITY_RESULTS, AUDIT_RESULTS, MAINTENANCE_LOG, ERASURES, ERASED_OFFSETS)

@@ -80,15 +80,18 @@ class LogPartition:
     offsets: np.ndarray
     keys: list[str | None] | None = None
     tombstone: np.ndarray | None = None
+    matched: np.ndarray | None = None  # the offsets whose record ``read_log``'s ``match`` took
 
 
 def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]],
-             changes: Change | None = None) -> dict[int, LogPartition]:
+             changes: Change | None = None,
+             match: Callable[["bytes | None", "bytes | None"], bool] | None = None) -> dict[int, LogPartition]:
     """The offsets the log actually holds in ``[start, end)`` per partition (``ranges``).
 
     Offsets need not be contiguous (transaction markers, compaction), so they are read,
     never computed from end - start. ``changes``: also keep each record's key and whether it
-    deletes it (``record_change``).
+    deletes it (``record_change``). ``match``: also keep the offsets of the records it takes
+    (given record key and value bytes; an erasure's search, ``loglake.erasure.search``).
     """
     keys = changes is not None
 
@@ -110,6 +113,7 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]],
     found = {p: array("q") for p in ranges}
     found_keys: dict[int, list] = {p: [] for p in ranges}
     found_tomb: dict[int, array] = {p: array("b") for p in ranges}
+    matched: dict[int, array] = {p: array("q") for p in ranges}
     try:
         if pending:
             consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in sorted(pending)])
@@ -140,6 +144,8 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]],
                         k, deletes = changes(m.key(), m.value())
                         found_keys[p].append(k)
                         found_tomb[p].append(deletes)
+                    if match is not None and match(m.key(), m.value()):
+                        matched[p].append(o)
                 if o >= end - 1:
                     done.add(p)
             if done:
@@ -149,5 +155,6 @@ def read_log(config: Config, topic: str, ranges: dict[int, tuple[int, int]],
         consumer.close()
     return {p: LogPartition(np.frombuffer(found[p], dtype=np.int64) if len(found[p]) else np.zeros(0, np.int64),
                             found_keys[p] if keys else None,
-                            np.frombuffer(found_tomb[p], dtype=np.int8).astype(bool) if keys else None)
+                            np.frombuffer(found_tomb[p], dtype=np.int8).astype(bool) if keys else None,
+                            np.array(matched[p], dtype=np.int64) if match is not None else None)
             for p in ranges}

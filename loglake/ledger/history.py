@@ -23,6 +23,9 @@ from loglake.core.errors import ParamError
 from loglake.ledger.ranges import ledger_rows, serving_record
 from loglake.tables import dataset_tables, open_table, query
 
+# Ledger states that move the versions readers are served: a publish, a compaction, an erasure.
+SERVING_STATES = ("published", "compacted", "erased")
+
 _METRICS = (("numOutputRows", "+{} rows"), ("num_added_rows", "+{} rows"), ("numTargetRowsInserted", "+{} inserted"),
             ("numTargetRowsUpdated", "{} updated"), ("numTargetRowsDeleted", "{} deleted"),
             ("numDeletedRows", "-{} rows"), ("numRemovedFiles", "-{} files"), ("numAddedFiles", "+{} files"),
@@ -80,7 +83,7 @@ def _served(config: Config, ref: Resolved) -> dict[int, list[dict]]:
     if column is None:
         return out
     for r in ledger_rows(config, ref.ds):
-        if r.get(column) is not None and r.get("state") in ("published", "compacted"):
+        if r.get(column) is not None and r.get("state") in SERVING_STATES:
             out.setdefault(int(r[column]), []).append(r)
     return out
 
@@ -191,6 +194,8 @@ def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict
     elif job == "replay":
         parts.append(f"replay {meta.get('loglake_run_id')}: quarantined records the current config accepts moved "
                      "in (or out of the quarantine)")
+    elif job == "erase":
+        parts.append(f"erasure {meta.get('loglake_erasure')}: the erased records' rows deleted")
     elif job in ("maintenance", "rebuild") and not parts:
         parts.append(f"{job} run {meta.get('loglake_run_id')}")
     ops = [m for m in maintenance if m["version_before"] is not None and m["version_after"] is not None
@@ -211,7 +216,7 @@ def meaning(ref: Resolved, entry: dict, txn: dict | None, maintenance: list[dict
         parts.append(f"not written by loglake ({entry.get('operation')} by {engine(entry)}): a publish does not "
                      "serve it until the table is repaired")
     for r in served:
-        what = "published" if r["state"] == "published" else "compacted"
+        what = r["state"] if r["state"] in SERVING_STATES else "compacted"
         rng = f" [{r['partition']}] [{r['start']}, {r['end']})" if r["state"] == "published" else ""
         parts.append(f"served from here on ({what} by run {r['run_id']}{rng})")
     return "; ".join(dict.fromkeys(parts))
@@ -260,7 +265,7 @@ def unserved_foreign_commits(config: Config, ds: Dataset, layer: str, ledger: li
     record it. None: nothing to compare with (no table, or a ledger from before serving
     points with ranges published)."""
     point = serving_record(ledger)
-    if point is None and any(r.get("state") in ("published", "compacted") for r in ledger):
+    if point is None and any(r.get("state") in SERVING_STATES for r in ledger):
         return None
     path = config.table_path(ds, layer)
     served = None if point is None else point.get(f"{layer}_version")

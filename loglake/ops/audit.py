@@ -37,6 +37,7 @@ import numpy as np
 from loglake.core.config import Config, Dataset
 from loglake.kafka.admin import group_offsets, log_bounds
 from loglake.kafka.log import LogPartition, key_text_sql, read_log, record_change
+from loglake.ledger.erasures import erased_offsets
 from loglake.ledger.history import unserved_foreign_commits
 from loglake.leases import holders
 from loglake.ledger.ranges import ledger_path, ledger_rows
@@ -90,6 +91,20 @@ def _plan_ranges(bounds: dict[int, tuple[int, int]], positions: dict[int, int | 
         speed_to = max(batch_to, pos) if pos is not None else batch_to
         out[p] = {"batch": (lo, batch_to), "speed": (batch_to, speed_to)}
     return out
+
+
+def without_erased(part: LogPartition, erased: np.ndarray) -> tuple[LogPartition, np.ndarray]:
+    """The log's records of one partition as the tables must hold them: without the erased
+    offsets (``loglake erase``), which are accounted for in no table; and those offsets."""
+    if not len(erased) or not len(part.offsets):
+        return part, np.zeros(0, np.int64)
+    gone = np.isin(part.offsets, erased)
+    if not gone.any():
+        return part, np.zeros(0, np.int64)
+    keep = ~gone
+    keys = None if part.keys is None else [k for k, kept in zip(part.keys, keep) if kept]
+    tomb = None if part.tombstone is None else part.tombstone[keep]
+    return LogPartition(part.offsets[keep], keys, tomb), part.offsets[gone]
 
 
 def _check(ds: Dataset, layer: str, part: LogPartition, start: int, end: int, tables: dict) -> Coverage:
@@ -147,10 +162,12 @@ class _TableReads:
 
 
 def _coverage_rows(ds: Dataset, snaps: dict, plans: dict, bounds: dict, after: dict, log: dict, tables: _TableReads,
-                   sample: int, watermarks: dict, positions: dict, notes: list[str]) -> list[AuditRow]:
+                   sample: int, watermarks: dict, positions: dict, notes: list[str],
+                   erased: dict[int, np.ndarray]) -> list[AuditRow]:
     """One row per partition, layer and point (served, newest): its offsets checked against the
-    log; the newest versions only where they differ from the served ones. What a row cannot
-    say (retention moved during the audit, no watermark or position yet) goes to ``notes``."""
+    log (without the ``erased`` ones, counted apart); the newest versions only where they differ
+    from the served ones. What a row cannot say (retention moved during the audit, no watermark
+    or position yet) goes to ``notes``."""
     served = snaps["served"]
     empty = np.zeros(0, np.int64)
     rows = []
@@ -170,9 +187,11 @@ def _coverage_rows(ds: Dataset, snaps: dict, plans: dict, bounds: dict, after: d
                     start, end = lo_now, max(lo_now, end)
                 own = tables.rows(layer, versions[0]).get(p, {"offsets": empty, "x": []})
                 quarantined = tables.quarantined(layer, versions[1]).get(p, {"offsets": empty})["offsets"]
-                cov = _check(ds, layer, log[p], start, end,
+                part, gone = without_erased(log[p], erased.get(p, empty))
+                cov = _check(ds, layer, part, start, end,
                              {"rows": own["offsets"], "state": own, "quarantine": quarantined})
-                rows.append(row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample))
+                rows.append(row(p, layer, point, getattr(ds.tables, layer), versions, start, end, cov, sample,
+                                int(((gone >= start) & (gone < end)).sum())))
             if point == "served" and watermarks.get(p) is None:
                 notes.append(f"[{p}] no batch watermark yet: batch part empty, speed checked from the earliest offset")
             if point == "served" and positions.get(p) is None:
@@ -228,11 +247,14 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
                                           max(pl[p]["speed"][1] for pl in plans.values())) for p in bounds},
                    changes=_changes(config, ds) if ds.kind == "changelog" else None)
     log_seconds = time.monotonic() - log_started
+    # The erased positions, read after the tables (a request recorded meanwhile finds its rows
+    # still there: an "unexpected" row, noted below while its erasure holds the writer's lease).
+    erased = erased_offsets(config, ds.topic).per_partition()
     # Retention may have deleted offsets while we read: check only what is still retained.
     after = log_bounds(config, ds.topic)
     notes: list[str] = []
     rows = _coverage_rows(ds, snaps, plans, bounds, after, log, tables, sample, snap.watermarks(earliest), positions,
-                          notes)
+                          notes, erased)
     foreign = _foreign_commits(config, ds, snaps["newest"], notes)
     newest_bad = [r for r in rows if r.point == "newest" and not r.ok]
     if newest_bad and busy:
@@ -253,6 +275,7 @@ def audit_dataset(config: Config, ds: Dataset, run_id: str | None = None, sample
         partitions=rows, notes=notes,
         lost=[LostRange(r["partition"], r["start"], r["end"], r["reason"], r["recorded_by"], iso(r["committed_at"]))
               for r in snap.lost],
+        erased=served.erased,
     )
     if record:
         write_results(config, result, audited_at)

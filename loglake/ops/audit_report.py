@@ -39,6 +39,7 @@ class AuditRow:
     table: str
     table_version: int | None
     quarantine_version: int | None
+    erased: int = 0  # offsets of the range an erasure erased: accounted for, in no table
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,13 @@ class AuditTotals:
     missing: int
     duplicated: int
     unexpected: int
+    erased: int = 0
 
     @classmethod
     def of(cls, rows: list[AuditRow]) -> AuditTotals:
         return cls(all(r.ok for r in rows), len(rows), sum(r.offsets_checked for r in rows),
-                   sum(r.missing for r in rows), sum(r.duplicated for r in rows), sum(r.unexpected for r in rows))
+                   sum(r.missing for r in rows), sum(r.duplicated for r in rows), sum(r.unexpected for r in rows),
+                   sum(r.erased for r in rows))
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class AuditResult:
     partitions: list[AuditRow]
     notes: list[str]
     lost: list[LostRange]
+    erased: int = 0  # offsets erased (loglake erase): accounted for, in no table
 
     def to_dict(self) -> dict:
         """The result as JSON carries it (the audit task's XCom)."""
@@ -113,7 +117,7 @@ def iso(v):
 
 
 def row(p: int, layer: str, point: str, table: str, versions: tuple[int | None, int | None], start: int, end: int,
-         cov: Coverage, n: int) -> AuditRow:
+        cov: Coverage, n: int, erased: int = 0) -> AuditRow:
     return AuditRow(
         partition=p, layer=layer, checked_from=start, checked_to=end,
         offsets_checked=cov.checked, missing=len(cov.missing), duplicated=len(cov.duplicated),
@@ -123,7 +127,7 @@ def row(p: int, layer: str, point: str, table: str, versions: tuple[int | None, 
         describe_missing=describe_sample(cov.missing, n),
         describe_duplicated=describe_sample(cov.duplicated, n),
         describe_unexpected=describe_sample(cov.unexpected, n), ok=cov.ok,
-        point=point, table=table, table_version=versions[0], quarantine_version=versions[1],
+        point=point, table=table, table_version=versions[0], quarantine_version=versions[1], erased=erased,
     )
 
 
@@ -136,7 +140,7 @@ def write_results(config: Config, result: AuditResult, audited_at: datetime) -> 
     rows = [{
         **{k: getattr(r, k) for k in ("partition", "layer", "checked_from", "checked_to", "offsets_checked",
                                       "missing", "duplicated", "unexpected", "ok", "point", "table_version",
-                                      "quarantine_version")},
+                                      "quarantine_version", "erased")},
         "dataset": result.dataset, "topic": result.topic, "run_id": result.run_id, "audited_at": audited_at,
         "sample_missing": r.describe_missing, "sample_duplicated": r.describe_duplicated,
         "sample_unexpected": r.describe_unexpected,
@@ -162,6 +166,7 @@ def format_audit(result: AuditResult) -> list[str]:
     lines = [f"audit {result.dataset} ({result.topic}, {result.kind}): {verdict}: "
              f"{result.offsets_checked:,} offsets checked, {result.missing} missing, "
              f"{result.duplicated} duplicated, {result.unexpected} unexpected"
+             + (f", {result.erased:,} erased" if result.erased else "")
              + (f" in the served versions; the newest: {newest.missing} missing, {newest.duplicated} "
                 f"duplicated, {newest.unexpected} unexpected" if newest.rows else "")
              + f" (run {result.run_id}, {result.seconds:.1f}s)"]
@@ -184,7 +189,7 @@ def format_audit(result: AuditResult) -> list[str]:
         lines.append(f"  [{r.partition}] {r.layer:<5} {r.point:<6} v{r.table_version} "
                      f"[{r.checked_from}, {r.checked_to})  "
                      f"{r.offsets_checked} checked  {r.missing} missing  {r.duplicated} duplicated  "
-                     f"{r.unexpected} unexpected")
+                     f"{r.unexpected} unexpected" + (f"  {r.erased} erased" if r.erased else ""))
         for kind in ("missing", "duplicated", "unexpected"):
             if getattr(r, kind):
                 lines.append(f"      {kind} offsets: {getattr(r, 'describe_' + kind)}")

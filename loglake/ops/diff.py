@@ -11,6 +11,9 @@ query over both Delta tables (delta-rs, no JVM), giving:
   per column with a count and a sample (offset, batch value, speed value). Every column
   both tables share is compared except the join key and ``BOOKKEEPING``.
 
+Offsets an erasure erased (``loglake erase``) are in neither layer by design: they are
+counted as ``erased``, not as a difference.
+
 A diff explains, it does not judge: maintenance expires speed rows below the batch
 watermark, so there missing-in-speed is expected and said so in a note.
 
@@ -28,6 +31,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.contracts import DELETED, PROVENANCE
 from loglake.core.errors import ParamError
 from loglake.kafka.admin import group_offsets, list_topics
+from loglake.ledger.erasures import erased_offsets
 from loglake.ledger.ranges import batch_watermarks
 from loglake.tables import layer_table
 
@@ -94,6 +98,7 @@ class DiffResult:
     not_compared: dict[str, list[str]]  # layer → the columns only it has
     notes: list[str]
     superseded_in_batch: OneSided | None = None
+    erased: int = 0  # offsets of the range an erasure erased: in neither layer
 
     def to_dict(self) -> dict:
         """The diff as JSON carries it (``loglake diff --json``, the diff task's XCom): keys
@@ -105,6 +110,7 @@ class DiffResult:
             del d["superseded_in_batch"]
         else:
             d["missing_in_batch"] = d.pop("missing_in_batch")
+        d["erased"] = d.pop("erased")
         return d
 
     @classmethod
@@ -216,11 +222,12 @@ def diff_range(config: Config, ds: Dataset, partition: int, start: int, end: int
     for t, name in ((tables["b"], "batch"), (tables["s"], "speed")):
         if t is None:
             notes.append(f"{name}.{ds.name} does not exist yet")
+    erased = erased_offsets(config, ds.topic).within(partition, start, end)
     return DiffResult(
         dataset=ds.name, topic=ds.topic, kind=ds.kind, partition=partition, start=start, end=end,
         missing_in_speed=missing_in_speed, missing_in_batch=None if changelog else missing_in_batch, changed=changed,
         compared_columns=compared, not_compared={k: v for k, v in only.items() if v}, notes=notes,
-        superseded_in_batch=missing_in_batch if changelog else None)
+        superseded_in_batch=missing_in_batch if changelog else None, erased=erased)
 
 
 def _changed(qb, with_: str, columns: list[str], sample: int) -> Changed:
@@ -264,6 +271,8 @@ def format_diff(d: DiffResult) -> list[str]:
         side("missing in batch", d.missing_in_batch, "batch")
     else:
         side("superseded in batch", d.superseded_in_batch, "batch")
+    if d.erased:
+        lines.append(f"  erased: {d.erased} (loglake erase: in neither layer, accounted for)")
     ch = d.changed
     lines.append(f"  changed rows: {ch.rows} of {ch.in_both or 0} in both layers "
                  f"(compared: {', '.join(d.compared_columns) or 'nothing'})")

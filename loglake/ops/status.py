@@ -18,6 +18,7 @@ from loglake.core.config import Config, Dataset
 from loglake.core.errors import describe_holder
 from loglake.kafka.admin import dataset_state, record_timestamps, topic_configs
 from loglake.leases import holders
+from loglake.ledger.erasures import erasures
 from loglake.ledger.losses import speed_positions
 from loglake.ledger.ranges import batch_watermarks, ledger_rows, lost_ranges
 from loglake.ledger.results import AuditRecord, QualityRecord, last_audit, last_quality
@@ -83,6 +84,7 @@ class DatasetStatus:
     writer: dict | None = None  # the holder of the dataset's lease (loglake.leases), None: free
     lost: list[dict] = field(default_factory=list)  # ranges accepted as lost (loglake.ledger.losses), oldest first
     schema: dict = field(default_factory=dict)  # loglake.schema_versions.schema_status
+    erasures: dict = field(default_factory=dict)  # erasure_summary: recorded, applied, purged, pending purge
 
     def to_dict(self) -> dict:
         """JSON-ready (timestamps as ISO strings)."""
@@ -145,7 +147,25 @@ def dataset_status(config: Config, ds: Dataset, now: float | None = None) -> Dat
 
     return DatasetStatus(ds.name, ds.topic, ds.kind, result, retention, policy,
                          last_quality(config, ds), last_audit(config, ds), table_status(config, ds), now,
-                         holders(config, [ds.name]).get(ds.name), lost, schema_status(config, ds))
+                         holders(config, [ds.name]).get(ds.name), lost, schema_status(config, ds),
+                         erasure_summary(config, ds))
+
+
+def erasure_summary(config: Config, ds: Dataset) -> dict:
+    """The dataset's erasures (``loglake erase``): how many were recorded, applied and purged,
+    how many records they erased, and when the next purge is due (none: empty)."""
+    from datetime import timedelta
+
+    found = erasures(config, ds.name)
+    if not found:
+        return {}
+    wait = timedelta(seconds=config.profile.erasure.purge_after_seconds)
+    pending = [e for e in found if e.applied_at is not None and e.purged_at is None]
+    return {"recorded": len(found), "applied": sum(e.applied_at is not None for e in found),
+            "purged": sum(e.purged_at is not None for e in found), "pending_purge": len(pending),
+            "not_applied": sum(e.applied_at is None for e in found),
+            "records": sum(e.offsets for e in found), "last": found[-1].requested_at,
+            "next_purge": min((e.applied_at + wait for e in pending), default=None)}
 
 
 def table_status(config: Config, ds: Dataset) -> list[TableStatus]:
@@ -230,7 +250,20 @@ def format_status(ds: Dataset, st: DatasetStatus) -> list[str]:
         lines.append(f"  format: {format_text(st.schema)}")
         lines.append(f"  schema: {schema_text(st.schema)}")
     lines += [f"  accepted loss: {lost_text(r)}" for r in st.lost]
+    if st.erasures:
+        lines.append(f"  erasures: {erasure_text(st.erasures)}")
     return lines
+
+
+def erasure_text(e: dict) -> str:
+    """``erasure_summary`` in one line (no key: none is kept)."""
+    out = (f"{e['recorded']} recorded ({e['records']:,} records), {e['applied']} applied, {e['purged']} purged, "
+           f"{e['pending_purge']} pending purge")
+    if e.get("not_applied"):
+        out += f", {e['not_applied']} not applied yet (an erase that stopped: run it again)"
+    if e.get("next_purge") is not None:
+        out += f"; next purge due {_iso(e['next_purge'])}"
+    return out + f"; last request {_iso(e['last'])}"
 
 
 def counted_text(totals: dict) -> str:

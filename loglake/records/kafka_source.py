@@ -1,15 +1,18 @@
-"""Spark's Kafka source as loglake reads it: the options both layers share, exact ranges."""
+"""Spark's Kafka source as loglake reads it: the options both layers share, exact ranges, and
+the erased records skipped on every read (``without_erased``)."""
 
 from __future__ import annotations
 
 import json
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from loglake.core.config import Config
 from loglake.core.offsets import OffsetRange
 from loglake.kafka.admin import log_bounds
 from loglake.core.plans import validate_ranges
+from loglake.ledger.erasures import ErasedOffsets, erased_offsets
 
 
 def source_options(config: Config, topic: str) -> dict[str, str]:
@@ -43,8 +46,11 @@ def check_retained(config: Config, ranges: list[OffsetRange]) -> None:
                         log_bounds(config, ranges[0].topic))
 
 
-def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) -> DataFrame:
-    """Exactly ``ranges`` from Kafka, with Spark's Kafka source in batch mode.
+def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange], *,
+                erased: bool = True) -> DataFrame:
+    """Exactly ``ranges`` from Kafka, with Spark's Kafka source in batch mode, without the
+    records an erasure erased (``without_erased``; ``erased=False``: with them, for the erasure's
+    own search).
 
     The source takes one [start, end) per partition: several ranges of one partition are
     read in rounds (the n-th range of each partition in round n), unioned.
@@ -62,7 +68,28 @@ def read_ranges(spark: SparkSession, config: Config, ranges: list[OffsetRange]) 
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
-    return out
+    return without_erased(spark, out, erased_offsets(config, topic)) if erased else out
+
+
+_FRAMES: dict[tuple, tuple[DataFrame, ErasedOffsets]] = {}
+
+
+def without_erased(spark: SparkSession, raw: DataFrame, erased: ErasedOffsets) -> DataFrame:
+    """``raw`` (Kafka source rows of one topic) without the erased positions: an anti-join
+    with the ledger's positions, broadcast (read once per job or when the ledger moved, never
+    per record in Python). No erasure: ``raw`` as it is, no join."""
+    if erased.empty:
+        return raw
+    sc = spark.sparkContext
+    key = (id(erased), sc.applicationId, sc.startTime)
+    if key not in _FRAMES:
+        _FRAMES.clear()  # one ledger version at a time: the newest (kept with it: its id stays its own)
+        frame = spark.createDataFrame(erased.table).withColumnsRenamed({"partition": "_e_partition",
+                                                                        "offset": "_e_offset"})
+        _FRAMES[key] = (frame, erased)
+    frame = _FRAMES[key][0]
+    cond = (raw["partition"] == F.col("_e_partition")) & (raw["offset"] == F.col("_e_offset"))
+    return raw.join(F.broadcast(frame), cond, "left_anti")
 
 
 def _read_round(spark: SparkSession, config: Config, topic: str, ranges: list[OffsetRange]) -> DataFrame:

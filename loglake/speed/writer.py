@@ -13,7 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 from loglake.core.config import Config, Dataset
 from loglake.lake import delta_io
 from loglake.leases import StreamLease, wait_while_paused
+from loglake.ledger import erasures
+from loglake.ledger.erasures import ErasedOffsets
 from loglake.records import counting, validation
+from loglake.records.kafka_source import without_erased
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
                   replay_possible: bool = True, small: bool = False, max_offsets: int | None = None,
@@ -60,6 +63,10 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     # tasks' fetches overlap the others' work).
     if small:
         batch = batch.coalesce(max(1, spark.sparkContext.defaultParallelism))
+    # Erased records are skipped (the erasure ledger, read again only when it moved); one the
+    # ledger gained while this micro-batch ran is deleted after its commits (``erased_since``).
+    erased = erasures.erased_offsets(config, topic or ds.topic)
+    batch = without_erased(spark, batch, erased)
     validated = validation.validate(batch, ds)
     meta = None if schema_version is None else {"loglake_schema_version": schema_version}
     if ds.kind == "changelog":
@@ -106,10 +113,37 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             changes = validation.apply_transform(validation.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.keys, app_id, batch_id,
                                   ds.stats_columns, checked=checked, store=store)
+        erased_since(config, ds, topic or ds.topic, None if replay_possible else erased, f"batch {batch_id}")
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
     return wrote
+
+
+def erased_since(config: Config, ds: Dataset, topic: str, seen: ErasedOffsets | None, what: str) -> int:
+    """Delete from the stream's tables (speed, quarantine, latest state) the rows at positions the
+    erasure ledger gained since ``seen`` (None: every erased position: a query's first
+    micro-batch, which may follow a run that stopped between its commit and this check). An
+    erasure recorded while a micro-batch ran finds its rows gone once the micro-batch returns,
+    before the stream's position moves past it (``loglake.erasure.erase``). Returns the rows."""
+    now = erasures.erased_offsets(config, topic)
+    if now.empty or (seen is not None and now.version == seen.version):
+        return 0
+    new = now.per_partition()
+    if seen is not None and not seen.empty:
+        import numpy as np
+
+        old = seen.per_partition()
+        new = {p: o[~np.isin(o, old[p])] if p in old else o for p, o in new.items()}
+    deleted = 0
+    meta = {"loglake_job": "speed", "loglake_step": f"erased rows of {what}"}
+    for layer in ("speed", "quarantine", "latest"):
+        if getattr(ds.tables, layer, None):
+            deleted += erasures.remove_rows(config.table_path(ds, layer), topic, new, meta, config.object_store).rows
+    if deleted:
+        print(f"loglake: speed {ds.name}: {what}: {deleted} row(s) of records erased meanwhile deleted",
+              file=sys.stderr, flush=True)
+    return deleted
 
 
 def collected(valid: DataFrame):

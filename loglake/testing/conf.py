@@ -40,7 +40,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
                extra_datasets: dict[str, dict] | None = None, kafka: dict | None = None,
                local_cluster: dict | None = None, java_options: str | None = None,
                registry: str | dict | None = None, lake: dict | None = None, metrics: dict | None = None,
-               lineage: dict | None = None) -> Path:
+               lineage: dict | None = None, erasure: dict | None = None) -> Path:
     """A conf/ directory for one test: the repo's datasets on topics of their own.
 
     ``datasets`` maps a dataset name to keys replacing those of its repo file (``quality``, ...);
@@ -51,7 +51,7 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
     the URL of the profile's schema registry (or its whole ``registry`` section); ``lake`` the
     profile's ``lake`` section (an ``s3a://`` root and its ``object_store``); ``metrics`` more of
     its ``metrics`` keys (the platform's exporter on a free port by default); ``lineage`` its
-    ``lineage`` section (OpenLineage events).
+    ``lineage`` section (OpenLineage events); ``erasure`` its ``erasure`` section.
     """
     conf = root / "conf"
     (conf / "datasets").mkdir(parents=True, exist_ok=True)
@@ -75,6 +75,8 @@ def write_conf(root: Path, bootstrap: str, *, speed: dict | None = None, topic_s
         profile["lake"] = lake
     if lineage is not None:
         profile["lineage"] = lineage
+    if erasure is not None:
+        profile["erasure"] = erasure
     if registry is not None:
         profile["registry"] = registry if isinstance(registry, dict) else {"url": registry, "retry_seconds": 60}
     for k, v in (spark or {}).items():

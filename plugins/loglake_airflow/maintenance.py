@@ -30,3 +30,13 @@ def maintenance_requests(run_id: str) -> list[dict]:
         else:
             log.info("%s: no table yet; nothing to maintain", ds.name)
     return [MaintenanceRequest(ds.name, run_id=run_id).to_dict() for ds in chosen]
+
+
+@loglake_errors
+def purge_erasures_task() -> list[str]:
+    """Purge the older table versions of every erasure whose ``erasure.purge_after`` has passed."""
+    from loglake.erasure.erase import purge_due, purge_lines
+
+    lines = purge_lines(purge_due(LoglakeHook().config))
+    log.info("%s", "\n".join(lines) if lines else "no erasure is due for its purge")
+    return lines

@@ -99,6 +99,25 @@ def accept_loss_task(params: Mapping[str, Any], run_id: str, user: str | None) -
     return lines
 
 
+@loglake_errors
+def erase_task(params: Mapping[str, Any], user: str | None) -> list[str]:
+    """The loglake_erase DAG's task: erase the key (masked in the task's logs first)."""
+    from airflow.sdk.log import mask_secret
+
+    from loglake.erasure.erase import erase
+
+    key = params.get("key") or ""
+    if key:
+        mask_secret(key)
+    hook = LoglakeHook()
+    ds = hook.dataset(params["dataset"])
+    result = erase(hook.config, ds, key, reason=params.get("reason") or "", field_name=params.get("field") or None,
+                   requested_by=f"{user or 'unknown'} (Airflow)")
+    lines = result.lines()
+    log.info("%s", "\n".join(lines))
+    return lines
+
+
 def _logged(lines: list[str]):
     def say(line: str) -> None:
         log.info("%s", line)

@@ -49,7 +49,8 @@ def _templates():
 
     from loglake.ledger.results import AuditRecord, QualityRecord
     from loglake.schema_versions import format_text, schema_text
-    from loglake.ops.status import audit_text, format_duration, lost_text, quality_text, retention_text, writer_text
+    from loglake.ops.status import (audit_text, erasure_text, format_duration, lost_text, quality_text,
+                                    retention_text, writer_text)
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                       autoescape=select_autoescape(["html"]), undefined=StrictUndefined)
@@ -65,6 +66,7 @@ def _templates():
                        quality_text=lambda q: quality_text(QualityRecord.from_dict(q)),
                        audit_text=lambda a: audit_text(AuditRecord.from_dict(a)),
                        writer_text=writer_text, lost_text=lost_text, format_text=format_text, schema_text=schema_text,
+                       erasure_text=erasure_text,
                        state_class=lambda state: {"published": "ok", "ok": "ok", "failed": "bad"}.get(state, "muted"))
     return env
 

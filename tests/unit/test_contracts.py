@@ -31,7 +31,8 @@ def test_types_map_one_to_one():
 def test_system_tables_live_under_the_lake_root():
     assert contracts.LEDGER.path("/lake/") == "/lake/_ledger/offsets"
     assert [t.relative_path for t in contracts.SYSTEM_TABLES] == [
-        "_ledger/offsets", "_ledger/schemas", "_quality_results", "_audit_results", "_maintenance_log"]
+        "_ledger/offsets", "_ledger/schemas", "_quality_results", "_audit_results", "_maintenance_log",
+        "_ledger/erasures", "_ledger/erased_offsets"]
 
 
 def test_valid_rows_are_fields_then_provenance():

@@ -280,6 +280,30 @@ class DeploymentSettings(_Strict):
         return self.services_command is not None
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|seconds?|m|min|minutes?|h|hours?|d|days?)?\s*$")
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ErasureSettings(_Strict):
+    """Erasure (``loglake erase``, docs/erasure.md): how long the table versions that still
+    hold erased rows stay readable before a targeted purge deletes their files
+    (``purge_after``: '24h', '30m', '0' for at once)."""
+
+    purge_after: str = "24h"
+
+    @field_validator("purge_after")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION.match(str(v)):
+            raise ValueError(f"{v!r} is not a duration such as '24h', '90m', '3600s', '7d' or '0'")
+        return str(v)
+
+    @property
+    def purge_after_seconds(self) -> float:
+        n, unit = _DURATION.match(self.purge_after).groups()
+        return float(n) * _DURATION_SECONDS[(unit or "s")[0]]
+
+
 class Profile(_Strict):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # The schema registry of datasets in a registry format (null: the profile has none).
@@ -294,3 +318,4 @@ class Profile(_Strict):
     # ``kafka.security`` its three nodes are secured as the embedded broker is.
     local_cluster: LocalClusterSettings | None = None
     deployment: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    erasure: ErasureSettings = Field(default_factory=ErasureSettings)
