@@ -103,6 +103,7 @@ def in_tables(config: Config, ds: Dataset, field: str, key: str, match: Match,
     """Per partition, the offsets of ``ds.topic`` whose rows in any of the dataset's tables
     (and the ``extra`` table paths: a batch run's staged tables) name the subject."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     from deltalake import QueryBuilder
 
     quoted_topic = ds.topic.replace("'", "''")
@@ -128,7 +129,11 @@ def in_tables(config: Config, ds: Dataset, field: str, key: str, match: Match,
                 f'SELECT "_partition", "_offset", "key", "value" FROM t WHERE {where}')
             for batch in reader:
                 b = pa.record_batch(batch) if not isinstance(batch, pa.RecordBatch) else batch
-                ps, os_, ks, vs = (b.column(i).to_pylist() for i in range(4))
+                # Only rows whose bytes hold the key's text can be the subject's (in Arrow: no row by row;
+                # as binary: a file delta-rs rewrote holds binary_view, which no filter kernel takes).
+                cols = [b.column(0), b.column(1)] + [pc.cast(b.column(i), pa.binary()) for i in (2, 3)]
+                holds = pc.or_(*(pc.fill_null(pc.match_substring(c, key), False) for c in cols[2:]))
+                ps, os_, ks, vs = (pc.filter(c, holds).to_pylist() for c in cols)
                 for p, o, k, v in zip(ps, os_, ks, vs):
                     if match(k, v):
                         out.setdefault(p, set()).add(o)

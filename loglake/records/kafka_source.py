@@ -83,10 +83,11 @@ def without_erased(spark: SparkSession, raw: DataFrame, erased: ErasedOffsets) -
     sc = spark.sparkContext
     key = (id(erased), sc.applicationId, sc.startTime)
     if key not in _FRAMES:
-        _FRAMES.clear()  # one ledger version at a time: the newest (kept with it: its id stays its own)
+        if len(_FRAMES) >= 16:  # bounded: a topic's older ledger versions go first
+            del _FRAMES[next(iter(_FRAMES))]
         frame = spark.createDataFrame(erased.table).withColumnsRenamed({"partition": "_e_partition",
                                                                         "offset": "_e_offset"})
-        _FRAMES[key] = (frame, erased)
+        _FRAMES[key] = (frame, erased)  # kept with it: its id stays its own while it is here
     frame = _FRAMES[key][0]
     cond = (raw["partition"] == F.col("_e_partition")) & (raw["offset"] == F.col("_e_offset"))
     return raw.join(F.broadcast(frame), cond, "left_anti")

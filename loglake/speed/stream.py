@@ -206,7 +206,7 @@ def start_stream(spark: SparkSession, config: Config, ds: Dataset, *, available_
         t0 = time.monotonic()
         wrote = process_batch(spark, config, now["ds"], batch, speed_txn_app(ds, stream_id["id"]), batch_id,
                               now["schema_version"], topic, replay_possible=first or not unchecked, small=small,
-                              max_offsets=most, lease=lease)
+                              max_offsets=most, lease=lease, first=first)
         now["last"] = None if wrote is None else wrote["records"] + sum((wrote["quarantined"] or {}).values())
         if wrote is not None and topic == ds.topic:  # the metrics' series (loglake.observe.series)
             series.record(config, ds.name, "micro_batch", batch=batch_id, seconds=round(time.monotonic() - t0, 3),

@@ -20,7 +20,7 @@ from loglake.records.kafka_source import without_erased
 def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataFrame, app_id: str,
                   batch_id: int, schema_version: int | None = None, topic: str | None = None,
                   replay_possible: bool = True, small: bool = False, max_offsets: int | None = None,
-                  lease: StreamLease | None = None) -> dict | None:
+                  lease: StreamLease | None = None, first: bool = True) -> dict | None:
     """Write one micro-batch: valid rows, quarantined rows, and (changelog) the latest state.
     Returns what it wrote (``records`` valid, ``quarantined`` per reason code), None for a
     replayed micro-batch whose rows had landed (its first run counted them).
@@ -45,7 +45,9 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
     and every micro-batch is checked (``leases.StreamLease.checked``; the module's docstring
     says why that is exact). Each commit records (stream, batch) and
     ``schema_version`` (the version of the dataset's schema it validated under). ``lease``: the
-    stream's, renewed (or found lost: ``StreamRunningError``) once the batch may commit.
+    stream's, renewed (or found lost: ``StreamRunningError``) once the batch may commit. ``first``:
+    the query's first micro-batch, which checks the tables against every erased position
+    (``erased_since``); the others only against what the erasure ledger gained meanwhile.
     """
     # A writer whose next commit would fail on any append (a DELETE, a replaceWhere) asks the
     # stream to hold its appends meanwhile (loglake.leases.appends_paused): hold this batch.
@@ -113,7 +115,7 @@ def process_batch(spark: SparkSession, config: Config, ds: Dataset, batch: DataF
             changes = validation.apply_transform(validation.valid_rows(validated, ds), ds)
             delta_io.merge_latest(spark, changes, config.table_path(ds, "latest"), ds.keys, app_id, batch_id,
                                   ds.stats_columns, checked=checked, store=store)
-        erased_since(config, ds, topic or ds.topic, None if replay_possible else erased, f"batch {batch_id}")
+        erased_since(config, ds, topic or ds.topic, None if first else erased, f"batch {batch_id}")
     finally:
         if ds.kind == "changelog":
             validated.unpersist()
