@@ -187,7 +187,7 @@ ERASURES = SystemTable("_erasures", "_ledger/erasures", contract(
     ("event", "string", "recorded | applied | purged"),
     ("field", "string", "the column whose value names the data subject"),
     ("subject", "string", "SHA-256 of dataset, field and key (the key itself is not kept)"),
-    ("block", "boolean", "the key's later records are erased too"),
+    ("block", "boolean", "always false: an erasure does not block the key's later records (docs/erasure.md)"),
     ("reason", "string"), ("requested_by", "string"),
     ("positions", "string", "JSON {partition: offset}: the log's end when the request was recorded"),
     ("offsets", "bigint", "recorded: the erased records' count"),

@@ -15,6 +15,7 @@ two of loglake's own tables under the lake root, both written by delta-rs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -142,13 +143,18 @@ class ErasedOffsets:
     def empty(self) -> bool:
         return self.table.num_rows == 0
 
-    def per_partition(self) -> dict[int, "object"]:
-        """Per partition, its erased offsets as a sorted numpy array."""
+    @functools.cached_property
+    def _by_partition(self) -> dict[int, "object"]:
         import numpy as np
 
         parts = self.table.column("partition").to_numpy()
         offsets = self.table.column("offset").to_numpy().astype(np.int64)
         return {int(p): np.sort(offsets[parts == p]) for p in np.unique(parts)}
+
+    def per_partition(self) -> dict[int, "object"]:
+        """Per partition, its erased offsets as a sorted numpy array (computed once; a copy of
+        the mapping, the arrays shared: do not change them)."""
+        return dict(self._by_partition)
 
     def within(self, partition: int, start: int, end: int) -> int:
         """How many of ``partition``'s offsets in ``[start, end)`` are erased."""
